@@ -1,0 +1,1 @@
+// Owns the precompiled header (core/pch.h) that every brrr target reuses.

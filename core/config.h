@@ -1,0 +1,258 @@
+#pragma once
+// The typed experiment configuration. core/config.cpp is the only place in brrr that parses YAML:
+// every component takes one of these options structs and never sees a YAML node.
+//
+// Invariant: every field below has exactly one entry in the schema table of config.cpp (key, type,
+// default, range, doc), and that table drives parsing, `--set`, `--print-config` and validation.
+// Add a field here => add it there, or the round-trip test fails.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace brrr {
+
+/// `run:` — identity and placement of the run.
+struct RunOptions {
+  /// Run name; the run directory is `<output_dir>/<name>/`.
+  std::string name = "run";
+  /// Parent folder of run directories.
+  std::string output_dir = "runs";
+  /// Seed of everything random: init, sample order, augmentation, dropout.
+  int64_t seed = 1234;
+  /// `auto` (CUDA when available, else CPU), `cpu`, `cuda` or `cuda:N`.
+  std::string device = "auto";
+  /// Intra-op CPU threads of the trainer process; 0 = libtorch's default (all cores).
+  int64_t num_threads = 0;
+};
+
+/// `model:` — which model and its hyper-parameters (fields not used by a model are ignored by it).
+struct ModelOptions {
+  /// Registry name: `mlp`, `convnet`, `resnet18`, `resnet50`, `gpt`. Required.
+  std::string name;
+  /// Classifier outputs (mlp, convnet, resnet).
+  int64_t num_classes = 10;
+  /// Input image channels (convnet, resnet; mlp input = in_channels * image_size^2).
+  int64_t in_channels = 1;
+  /// Input image side in pixels (mlp input size, FLOPs estimate).
+  int64_t image_size = 28;
+  /// Hidden layer widths (mlp).
+  std::vector<int64_t> hidden_sizes = {256, 256};
+  /// Conv widths of the successive blocks (convnet).
+  std::vector<int64_t> channels = {32, 64};
+  /// ResNet stem: `imagenet` (7x7/2 conv + maxpool) or `small` (3x3/1 conv, for 32px inputs).
+  std::string stem = "imagenet";
+  /// Dropout probability (mlp, convnet, gpt).
+  double dropout = 0.0;
+  /// GPT: transformer blocks.
+  int64_t n_layer = 12;
+  /// GPT: attention heads.
+  int64_t n_head = 12;
+  /// GPT: embedding width.
+  int64_t n_embd = 768;
+  /// GPT: context length in tokens.
+  int64_t block_size = 1024;
+  /// GPT: vocabulary size (50304 = GPT-2's 50257 padded to a multiple of 64; 256 for byte-level text).
+  int64_t vocab_size = 50304;
+  /// GPT: biases in Linear and LayerNorm layers.
+  bool bias = true;
+  /// GPT: the output head shares the token embedding matrix.
+  bool tie_embeddings = true;
+};
+
+/// One image transform in `data.transforms` (applied in the loader workers, on uint8 images).
+struct TransformOptions {
+  /// `random_resized_crop`, `random_crop`, `resize`, `center_crop`, `horizontal_flip`.
+  std::string name;
+  /// Output size [height, width] (crops, resize). A single number means square.
+  std::vector<int64_t> size;
+  /// random_resized_crop: area fraction range.
+  std::vector<double> scale = {0.08, 1.0};
+  /// random_resized_crop: aspect ratio range.
+  std::vector<double> ratio = {3.0 / 4.0, 4.0 / 3.0};
+  /// random_crop: zero padding on each side before cropping.
+  int64_t padding = 0;
+  /// horizontal_flip: probability.
+  double p = 0.5;
+};
+
+/// The dataset part shared by `data:` and `data.val:`.
+struct DatasetOptions {
+  /// `fashion_mnist`, `image_folder`, `token_file`, `csv`. Required in `data:`; empty `val` = no eval.
+  std::string dataset;
+  /// File or folder. fashion_mnist: folder with the IDX files (default /usr/share/datasets/fashion-mnist).
+  std::string path;
+  /// fashion_mnist: `train` or `test`.
+  std::string split = "train";
+  /// Micro-batch size per step (per device). 0 means `auto` (largest that fits; see train docs).
+  int64_t batch_size = 64;
+  /// Image transforms, in order.
+  std::vector<TransformOptions> transforms;
+  /// Per-channel mean / std of normalisation (applied on the device, after the uint8 copy). Empty = x/255.
+  std::vector<double> mean;
+  std::vector<double> std;
+  /// token_file: tokens per example (a window holds block_size+1 tokens). 0 = model.block_size.
+  int64_t block_size = 0;
+  /// token_file: `uint16` or `uint32`.
+  std::string token_dtype = "uint16";
+  /// token_file: `random` windows (seeded by (seed, epoch, index)) or `sequential` non-overlapping ones.
+  std::string windows = "random";
+  /// csv: label column index (negative counts from the end).
+  int64_t label_column = -1;
+  /// csv: the first row is a header.
+  bool header = true;
+  /// Use only the first `limit` examples (0 = all).
+  int64_t limit = 0;
+};
+
+/// `data:` — the training data and its loader (names and meanings as in PyTorch's DataLoader).
+struct DataOptions : DatasetOptions {
+  /// Worker processes; 0 loads in the trainer process; -1 means `auto` (measured at start).
+  int64_t num_workers = 4;
+  /// Page-lock the batch ring so host-to-device copies are DMA (only with a CUDA device).
+  bool pin_memory = true;
+  /// Batches in flight per worker.
+  int64_t prefetch_factor = 2;
+  /// Keep workers alive across epochs.
+  bool persistent_workers = true;
+  /// Reshuffle every epoch (seeded by (seed, epoch)).
+  bool shuffle = true;
+  /// Drop the last incomplete batch.
+  bool drop_last = true;
+  /// Seconds to wait for one batch before failing; 0 = wait forever (dead workers are still detected).
+  double timeout = 0.0;
+  /// Validation data; `val.dataset` empty = no evaluation. Unset loader fields follow `data:`.
+  DatasetOptions val;
+};
+
+/// `optim:` — optimizer.
+struct OptimOptions {
+  /// `sgd`, `adam`, `adamw`.
+  std::string name = "adamw";
+  /// Peak learning rate.
+  double lr = 3.0e-4;
+  /// Decoupled (adamw) or L2 (sgd, adam) weight decay.
+  double weight_decay = 0.0;
+  /// Adam betas.
+  std::vector<double> betas = {0.9, 0.999};
+  /// Adam epsilon.
+  double eps = 1.0e-8;
+  /// SGD momentum.
+  double momentum = 0.0;
+  /// SGD Nesterov momentum.
+  bool nesterov = false;
+  /// Fused kernels: `auto` (on CUDA), `true`, `false`.
+  std::string fused = "auto";
+  /// Put biases and normalisation weights (1-D parameters) in a group without weight decay.
+  bool no_decay_1d = true;
+};
+
+/// `schedule:` — learning-rate schedule (stepped once per optimizer step).
+struct ScheduleOptions {
+  /// `constant`, `cosine`, `linear`, `step`, `wsd` (warmup-stable-decay), `plateau`.
+  std::string name = "constant";
+  /// Linear warm-up steps from 0 to lr.
+  int64_t warmup_steps = 0;
+  /// cosine/linear/wsd: final lr as a fraction of lr.
+  double min_lr_ratio = 0.0;
+  /// step: decay every step_size steps by gamma.
+  int64_t step_size = 1000;
+  double gamma = 0.1;
+  /// wsd: fraction of the steps (after warm-up) spent decaying at the end.
+  double decay_ratio = 0.2;
+  /// plateau: eval metric watched, its mode, patience (evals), factor and threshold.
+  std::string metric = "val_loss";
+  std::string mode = "min";
+  int64_t patience = 3;
+  double factor = 0.1;
+  double threshold = 1.0e-4;
+};
+
+/// `train.early_stopping:`
+struct EarlyStoppingOptions {
+  /// Evaluations without improvement before stopping; 0 = off.
+  int64_t patience = 0;
+  std::string metric = "val_loss";
+  std::string mode = "min";
+  double min_delta = 0.0;
+};
+
+/// `train.profile:` — Kineto trace of a window of steps (steps = 0: off).
+struct ProfileOptions {
+  int64_t start_step = 10;
+  int64_t steps = 0;
+};
+
+/// `train.fp16:` — dynamic loss scaling (used only with precision fp16).
+struct GradScalerOptions {
+  double init_scale = 65536.0;
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
+  int64_t growth_interval = 2000;
+};
+
+/// `train:` — the loop.
+struct TrainOptions {
+  /// Optimizer steps (each = grad_accum_steps micro-batches). Required > 0.
+  int64_t max_steps = 1000;
+  /// Micro-batches per optimizer step; the effective batch is batch_size * grad_accum_steps.
+  int64_t grad_accum_steps = 1;
+  /// Global L2 gradient-norm clip after unscaling; 0 = off.
+  double max_grad_norm = 1.0;
+  /// `fp32`, `tf32`, `bf16`, `fp16`.
+  std::string precision = "fp32";
+  /// Steps between log lines / metric records (the only steps that read values from the GPU).
+  int64_t log_every = 10;
+  /// Steps between evaluations; 0 = only at the end.
+  int64_t eval_every = 0;
+  /// Batches per evaluation; 0 = the whole validation set.
+  int64_t eval_steps = 0;
+  /// Steps between checkpoints; 0 = only at the end.
+  int64_t checkpoint_every = 0;
+  /// Step checkpoints kept (oldest deleted first).
+  int64_t keep_checkpoints = 3;
+  /// Eval metric that selects the `best` checkpoint (empty = none), and whether lower or higher is better.
+  std::string best_metric;
+  std::string best_mode = "min";
+  /// EMA of the weights with this decay (0 = off); evaluation then uses the EMA weights.
+  double ema_decay = 0.0;
+  EarlyStoppingOptions early_stopping;
+  ProfileOptions profile;
+  GradScalerOptions fp16;
+};
+
+/// A whole experiment file.
+struct ExperimentConfig {
+  RunOptions run;
+  ModelOptions model;
+  DataOptions data;
+  OptimOptions optim;
+  ScheduleOptions schedule;
+  TrainOptions train;
+  /// The file it was loaded from ("" when built in code).
+  std::string source_path;
+};
+
+/// Loads `path` (following `base:` chains), applies `overrides` ("a.b=value", YAML-typed values),
+/// validates, resolves dependent defaults. Throws ConfigError naming key, file:line:column.
+ExperimentConfig load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+
+/// Same as load_config on YAML text; `name` is used as the file name in messages; `base:` is
+/// resolved relative to `base_dir`.
+ExperimentConfig parse_config(const std::string& yaml_text, const std::string& name = "<string>",
+                              const std::vector<std::string>& overrides = {},
+                              const std::string& base_dir = ".");
+
+/// Applies one "a.b.c=value" override with full validation (ConfigError on unknown key/bad value).
+void apply_override(ExperimentConfig& config, const std::string& assignment);
+
+/// Checks ranges and cross-field rules; throws ConfigError naming the key.
+void validate(const ExperimentConfig& config);
+
+/// The fully resolved config as YAML; parse_config(to_yaml(c)) == c.
+std::string to_yaml(const ExperimentConfig& config);
+
+/// Every valid key path (for `--help`, suggestions, docs), e.g. "train.max_steps".
+std::vector<std::string> config_keys();
+
+}  // namespace brrr

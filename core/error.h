@@ -1,0 +1,52 @@
+#pragma once
+// brrr's exception types. Library code throws these; only main() catches them and chooses the
+// exit code: ConfigError/UsageError -> 2, everything else -> 1.
+#include <stdexcept>
+#include <string>
+
+namespace brrr {
+
+/// Base of every brrr error. what() is a complete, user-facing sentence with the values involved.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// Bad configuration: unknown key, wrong type, out-of-range value, missing key, YAML syntax.
+/// The message names the key path and file:line:column.
+class ConfigError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// Bad command line (unknown flag, missing argument).
+class UsageError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// Bad or unreadable data: a corrupt image, a short IDX file, a malformed CSV row.
+class DataError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A data-loader worker failed: raised an exception, crashed, was killed, or timed out.
+class WorkerError : public DataError {
+ public:
+  using DataError::DataError;
+};
+
+/// A checkpoint could not be written or read.
+class CheckpointError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// Training cannot continue (NaN loss outside fp16 scaling, ...).
+class TrainingError : public Error {
+ public:
+  using Error::Error;
+};
+
+}  // namespace brrr

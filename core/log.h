@@ -1,0 +1,42 @@
+#pragma once
+// Process-wide logger: every line brrr prints goes through here ("2026-11-29 12:00:00.123 INFO msg").
+// Thread-safe (one mutex around each line). Library code never writes to stdout/stderr directly.
+#include <fmt/format.h>
+
+#include <string>
+#include <string_view>
+
+namespace brrr::log {
+
+enum class Level { kDebug = 0, kInfo = 1, kWarn = 2, kError = 3, kOff = 4 };
+
+/// Lines below `level` are dropped. Default kInfo; BRRR_LOG_LEVEL=debug|info|warn|error|off overrides.
+void set_level(Level level);
+Level level();
+/// Parses "debug", "info", "warn", "error", "off"; throws brrr::ConfigError otherwise.
+Level parse_level(std::string_view name);
+
+/// Writes one finished line (a timestamp and the level are prepended) to stderr.
+void write(Level level, std::string_view message);
+
+/// Writes raw text to stderr without a newline or prefix (the live progress line uses this).
+void write_raw(std::string_view text);
+
+template <typename... Args>
+void debug(fmt::format_string<Args...> f, Args&&... args) {
+  if (level() <= Level::kDebug) write(Level::kDebug, fmt::format(f, std::forward<Args>(args)...));
+}
+template <typename... Args>
+void info(fmt::format_string<Args...> f, Args&&... args) {
+  if (level() <= Level::kInfo) write(Level::kInfo, fmt::format(f, std::forward<Args>(args)...));
+}
+template <typename... Args>
+void warn(fmt::format_string<Args...> f, Args&&... args) {
+  if (level() <= Level::kWarn) write(Level::kWarn, fmt::format(f, std::forward<Args>(args)...));
+}
+template <typename... Args>
+void error(fmt::format_string<Args...> f, Args&&... args) {
+  if (level() <= Level::kError) write(Level::kError, fmt::format(f, std::forward<Args>(args)...));
+}
+
+}  // namespace brrr::log
