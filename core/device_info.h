@@ -1,0 +1,15 @@
+#pragma once
+// CUDA device properties. device_info_cuda.cpp asks the CUDA runtime; device_info_nocuda.cpp is the
+// CPU build's stand-in (CMake picks one).
+#include <string>
+
+namespace brrr::detail {
+
+std::string cuda_device_name(int index);
+int cuda_compute_capability_major(int index);
+/// Peak bytes allocated by the caching allocator on device `index` since start, in MiB.
+double cuda_peak_memory_mib(int index);
+/// Total memory of device `index` in MiB.
+double cuda_total_memory_mib(int index);
+
+}  // namespace brrr::detail
