@@ -9,6 +9,8 @@ std::string cuda_device_name(int index);
 int cuda_compute_capability_major(int index);
 /// Peak bytes allocated by the caching allocator on device `index` since start, in MiB.
 double cuda_peak_memory_mib(int index);
+/// Returns cached, unused blocks of the caching allocator to the driver.
+void cuda_empty_cache();
 /// Total memory of device `index` in MiB.
 double cuda_total_memory_mib(int index);
 

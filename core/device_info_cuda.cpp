@@ -16,6 +16,8 @@ double cuda_peak_memory_mib(int index) {
          (1024.0 * 1024.0);
 }
 
+void cuda_empty_cache() { c10::cuda::CUDACachingAllocator::emptyCache(); }
+
 double cuda_total_memory_mib(int index) {
   return static_cast<double>(at::cuda::getDeviceProperties(index)->totalGlobalMem) / (1024.0 * 1024.0);
 }

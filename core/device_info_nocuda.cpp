@@ -11,6 +11,8 @@ int cuda_compute_capability_major(int /*index*/) { return 0; }
 
 double cuda_peak_memory_mib(int /*index*/) { return 0.0; }
 
+void cuda_empty_cache() {}
+
 double cuda_total_memory_mib(int /*index*/) { return 0.0; }
 
 }  // namespace brrr::detail
