@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""GPU-utilisation timelines of brrr runs (from each run's gpu.jsonl, sampled every 100 ms):
+one PNG per run (utilisation and memory over time) and one overview PNG with every run stacked
+on a common time axis, where a starved baseline shows as a sawtooth and a fed run as a flat line.
+
+    python3 bench/plot_gpu_timeline.py runs/blog_01_baseline runs/blog_05_large_batch \
+        --out-dir plots [--overview gpu_timelines.png]
+"""
+import argparse
+import json
+import pathlib
+import sys
+
+
+def read_samples(run_dir):
+    path = pathlib.Path(run_dir) / "gpu.jsonl"
+    if not path.is_file():
+        return None
+    t, util, mem = [], [], []
+    with open(path) as f:
+        for line in f:
+            try:
+                r = json.loads(line)
+                t.append(float(r["t_s"]))
+                util.append(float(r["util_pct"]))
+                mem.append(float(r.get("mem_used_mib", float("nan"))))
+            except (ValueError, KeyError):
+                continue  # torn last line of a killed run, or a record of another kind
+    return (t, util, mem) if t else None
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("runs", nargs="+", help="run directories (runs/<name>)")
+    ap.add_argument("--out-dir", type=pathlib.Path, default=pathlib.Path("."))
+    ap.add_argument("--overview", default="gpu_timelines.png", help="file name in --out-dir")
+    args = ap.parse_args(argv)
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        sys.exit(f"plot_gpu_timeline.py: needs matplotlib ({e})")
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    series = []
+    for run in args.runs:
+        s = read_samples(run)
+        name = pathlib.Path(run).name
+        if s is None:
+            print(f"plot_gpu_timeline.py: {run}/gpu.jsonl missing or empty (CPU run?): skipped",
+                  file=sys.stderr)
+            continue
+        series.append((name, s))
+        t, util, mem = s
+        fig, ax = plt.subplots(figsize=(10, 3))
+        ax.plot(t, util, lw=0.8, color="tab:green")
+        ax.set(ylim=(0, 105), xlabel="time (s)", ylabel="GPU utilisation (%)",
+               title=f"{name}: mean {sum(util) / len(util):.0f} %")
+        ax2 = ax.twinx()
+        ax2.plot(t, [m / 1024 for m in mem], lw=0.8, color="tab:blue", alpha=0.6)
+        ax2.set_ylabel("memory used (GiB)", color="tab:blue")
+        fig.tight_layout()
+        out = args.out_dir / f"{name}_gpu.png"
+        fig.savefig(out, dpi=100)
+        plt.close(fig)
+        print(out)
+    if not series:
+        print("plot_gpu_timeline.py: no run had GPU samples", file=sys.stderr)
+        return 1
+    fig, axes = plt.subplots(len(series), 1, figsize=(10, 1.6 * len(series) + 0.6), sharex=True,
+                             squeeze=False)
+    for ax, (name, (t, util, _)) in zip(axes[:, 0], series):
+        ax.fill_between(t, util, lw=0, color="tab:green", alpha=0.7)
+        ax.set_ylim(0, 105)
+        ax.set_ylabel("%")
+        ax.set_title(f"{name}  (mean {sum(util) / len(util):.0f} %)", fontsize=9, loc="left")
+    axes[-1, 0].set_xlabel("time since start (s)")
+    fig.suptitle("GPU utilisation (NVML, 100 ms samples)")
+    fig.tight_layout()
+    out = args.out_dir / args.overview
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    print(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
