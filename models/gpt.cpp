@@ -1,0 +1,117 @@
+#include "models/gpt.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cmath>
+
+#include "core/error.h"
+#include "models/gpt_block.h"
+
+namespace brrr {
+namespace {
+
+constexpr double kInitStd = 0.02;
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+void check_options(const ModelOptions& o) {
+  auto positive = [](const char* key, int64_t v) {
+    if (v <= 0) throw ConfigError(fmt::format("gpt: model.{} must be > 0, got {}", key, v));
+  };
+  positive("n_layer", o.n_layer);
+  positive("n_head", o.n_head);
+  positive("n_embd", o.n_embd);
+  positive("block_size", o.block_size);
+  positive("vocab_size", o.vocab_size);
+  if (o.n_embd % o.n_head != 0) {
+    throw ConfigError(fmt::format("gpt: model.n_embd ({}) must be a multiple of model.n_head ({})",
+                                  o.n_embd, o.n_head));
+  }
+  if (o.dropout < 0.0 || o.dropout >= 1.0) {
+    throw ConfigError(fmt::format("gpt: model.dropout must be in [0, 1), got {}", o.dropout));
+  }
+}
+
+}  // namespace
+
+Gpt::Gpt(const ModelOptions& options) : options_(options) {
+  check_options(options_);
+  const int64_t C = options_.n_embd;
+  auto transformer = register_module("transformer", std::make_shared<torch::nn::Module>());
+  wte_ = transformer->register_module("wte", torch::nn::Embedding(options_.vocab_size, C));
+  wpe_ = transformer->register_module("wpe", torch::nn::Embedding(options_.block_size, C));
+  h_ = transformer->register_module("h", torch::nn::ModuleList());
+  for (int64_t i = 0; i < options_.n_layer; ++i) {
+    h_->push_back(std::make_shared<detail::GptBlockImpl>(C, options_.n_head, options_.dropout,
+                                                         options_.bias));
+  }
+  ln_f_ = transformer->register_module(
+      "ln_f", std::make_shared<detail::GptLayerNormImpl>(C, options_.bias));
+
+  auto lm_head = register_module("lm_head", std::make_shared<torch::nn::Module>());
+  if (options_.tie_embeddings) {
+    lm_head_weight_ = lm_head->register_buffer("weight", wte_->weight);  // see gpt.h
+  } else {
+    lm_head_weight_ = lm_head->register_parameter("weight", torch::empty({options_.vocab_size, C}));
+  }
+
+  // GPT-2 initialisation. Residual projections are scaled so that the variance added to the
+  // residual stream by 2 n_layer sublayers stays O(1).
+  at::NoGradGuard no_grad;
+  const double residual_std = kInitStd / std::sqrt(2.0 * static_cast<double>(options_.n_layer));
+  for (auto& p : named_parameters(/*recurse=*/true)) {
+    const std::string& name = p.key();
+    if (ends_with(name, "c_proj.weight")) {
+      p.value().normal_(0.0, residual_std);
+    } else if (ends_with(name, ".bias")) {
+      p.value().zero_();
+    } else if (name.find(".ln_") == std::string::npos) {  // LayerNorm weights stay 1
+      p.value().normal_(0.0, kInitStd);
+    }
+  }
+}
+
+at::Tensor Gpt::forward(const at::Tensor& input) {
+  if (input.dim() != 2 || !at::isIntegralType(input.scalar_type(), /*includeBool=*/false) ||
+      input.size(1) > options_.block_size) {
+    throw Error(fmt::format(
+        "gpt: expected int64 tokens (B, T) with T <= block_size {}, got {} [{}]",
+        options_.block_size, c10::toString(input.scalar_type()), fmt::join(input.sizes(), ", ")));
+  }
+  const int64_t T = input.size(1);
+  const at::Tensor pos = at::arange(T, input.options().dtype(at::kLong));  // (T,)
+  at::Tensor x = wte_->forward(input) + wpe_->forward(pos);                // (B, T, C)
+  x = at::dropout(x, options_.dropout, is_training());
+  for (const auto& block : *h_) x = block->as<detail::GptBlockImpl>()->forward(x);  // (B, T, C)
+  return at::linear(ln_f_->forward(x), lm_head_weight_);                            // (B, T, V)
+}
+
+int64_t Gpt::num_non_embedding_parameters() const {
+  return count_parameters(*this) - wpe_->weight.numel();
+}
+
+double Gpt::flops_per_example() const {
+  // PaLM appendix B / nanoGPT estimate_mfu: 6 N per token for the matmuls (fwd + bwd) plus
+  // 12 L C T for attention scores and values. The input-embedding lookup does no matmul work, so
+  // an untied wte is excluded too (tied, it is the output head and counts).
+  int64_t n = num_non_embedding_parameters();
+  if (!options_.tie_embeddings) n -= wte_->weight.numel();
+  const double T = static_cast<double>(options_.block_size);
+  const double per_token =
+      6.0 * static_cast<double>(n) +
+      12.0 * static_cast<double>(options_.n_layer) * static_cast<double>(options_.n_embd) * T;
+  return per_token * T;
+}
+
+std::string Gpt::describe() const {
+  return describe_with(fmt::format(
+      "gpt (n_layer {}, n_head {}, n_embd {}, block_size {}, vocab_size {}, bias {}, tied {})",
+      options_.n_layer, options_.n_head, options_.n_embd, options_.block_size, options_.vocab_size,
+      options_.bias, options_.tie_embeddings));
+}
+
+}  // namespace brrr

@@ -1,0 +1,52 @@
+#pragma once
+// `gpt`: the GPT-2 family as in nanoGPT — token + position embeddings, n_layer pre-LayerNorm
+// blocks (causal self-attention through at::scaled_dot_product_attention, so fused flash/cuDNN
+// kernels run on CUDA; MLP 4x with tanh-GELU), final ln_f and an lm_head tied to wte.
+//
+// Names (PyTorch state_dict of nanoGPT): transformer.wte.weight, transformer.wpe.weight,
+// transformer.h.<i>.{ln_1, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj}.{weight,bias},
+// transformer.ln_f.{weight,bias}, lm_head.weight.
+// Invariant: with tie_embeddings, lm_head.weight is the very tensor transformer.wte.weight. It is
+// registered as a *buffer* of lm_head (not a second parameter), so parameters() lists it once
+// (optimizers step it once, gradients from both uses accumulate into it) while named_state()
+// and checkpoints still carry PyTorch's `lm_head.weight` key.
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/embedding.h>
+
+#include "core/config.h"
+#include "models/model.h"
+
+namespace brrr {
+namespace detail {
+class GptLayerNormImpl;
+}
+
+class Gpt : public Model {
+ public:
+  /// Uses n_layer, n_head, n_embd, block_size, vocab_size, dropout, bias, tie_embeddings.
+  /// Initialisation (GPT-2): Linear/Embedding weights N(0, 0.02), residual projections
+  /// (attn.c_proj, mlp.c_proj) N(0, 0.02 / sqrt(2 n_layer)), biases 0, LayerNorm weights 1.
+  /// Throws ConfigError naming the `model.*` key of an invalid value.
+  explicit Gpt(const ModelOptions& options);
+
+  /// tokens (B, T) int64, T <= block_size -> logits (B, T, vocab_size).
+  at::Tensor forward(const at::Tensor& input) override;
+  Task task() const override { return Task::kLanguageModel; }
+  /// Per sequence of block_size tokens: (6 N + 12 n_layer n_embd block_size) * block_size, N the
+  /// parameters that do matmul work (all but wpe, and but wte when it is not the head).
+  double flops_per_example() const override;
+  std::string describe() const override;
+
+  /// Parameters without the position embedding (nanoGPT's get_num_params(non_embedding=True)).
+  int64_t num_non_embedding_parameters() const;
+
+ private:
+  ModelOptions options_;
+  torch::nn::Embedding wte_{nullptr};  // (vocab_size, n_embd)
+  torch::nn::Embedding wpe_{nullptr};  // (block_size, n_embd)
+  torch::nn::ModuleList h_;            // n_layer detail::GptBlock
+  std::shared_ptr<detail::GptLayerNormImpl> ln_f_;
+  at::Tensor lm_head_weight_;  // (vocab_size, n_embd); wte_->weight when tied
+};
+
+}  // namespace brrr

@@ -1,0 +1,66 @@
+#include "models/gpt_block.h"
+
+#include <ATen/ATen.h>
+
+namespace brrr::detail {
+namespace {
+
+torch::nn::Linear linear(int64_t in, int64_t out, bool bias) {
+  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
+}
+
+}  // namespace
+
+GptLayerNormImpl::GptLayerNormImpl(int64_t n_embd, bool with_bias) {
+  weight = register_parameter("weight", torch::ones({n_embd}));
+  if (with_bias) bias = register_parameter("bias", torch::zeros({n_embd}));
+}
+
+at::Tensor GptLayerNormImpl::forward(const at::Tensor& x) {
+  return at::layer_norm(x, {weight.size(0)}, weight, bias, /*eps=*/1e-5);
+}
+
+GptAttentionImpl::GptAttentionImpl(int64_t n_embd, int64_t n_head, double dropout, bool bias)
+    : c_attn(register_module("c_attn", linear(n_embd, 3 * n_embd, bias))),
+      c_proj(register_module("c_proj", linear(n_embd, n_embd, bias))),
+      n_head_(n_head),
+      dropout_(dropout) {}
+
+at::Tensor GptAttentionImpl::forward(const at::Tensor& x) {
+  const int64_t B = x.size(0);
+  const int64_t T = x.size(1);
+  const int64_t C = x.size(2);
+  const auto qkv = c_attn->forward(x).split(C, /*dim=*/2);  // 3 x (B, T, C)
+  auto heads = [&](const at::Tensor& t) {
+    return t.view({B, T, n_head_, C / n_head_}).transpose(1, 2);  // (B, nh, T, hs)
+  };
+  const at::Tensor y = at::scaled_dot_product_attention(
+      heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), /*attn_mask=*/{}, is_training() ? dropout_ : 0.0,
+      /*is_causal=*/true);  // (B, nh, T, hs)
+  const at::Tensor merged = y.transpose(1, 2).contiguous().view({B, T, C});
+  return at::dropout(c_proj->forward(merged), dropout_, is_training());
+}
+
+GptMlpImpl::GptMlpImpl(int64_t n_embd, double dropout, bool bias)
+    : c_fc(register_module("c_fc", linear(n_embd, 4 * n_embd, bias))),
+      c_proj(register_module("c_proj", linear(4 * n_embd, n_embd, bias))),
+      dropout_(dropout) {}
+
+at::Tensor GptMlpImpl::forward(const at::Tensor& x) {
+  const at::Tensor h = at::gelu(c_fc->forward(x), "tanh");  // (B, T, 4C)
+  return at::dropout(c_proj->forward(h), dropout_, is_training());
+}
+
+GptBlockImpl::GptBlockImpl(int64_t n_embd, int64_t n_head, double dropout, bool bias)
+    : ln_1(register_module("ln_1", std::make_shared<GptLayerNormImpl>(n_embd, bias))),
+      attn(register_module("attn",
+                           std::make_shared<GptAttentionImpl>(n_embd, n_head, dropout, bias))),
+      ln_2(register_module("ln_2", std::make_shared<GptLayerNormImpl>(n_embd, bias))),
+      mlp(register_module("mlp", std::make_shared<GptMlpImpl>(n_embd, dropout, bias))) {}
+
+at::Tensor GptBlockImpl::forward(const at::Tensor& x) {
+  const at::Tensor h = x + attn->forward(ln_1->forward(x));
+  return h + mlp->forward(ln_2->forward(h));
+}
+
+}  // namespace brrr::detail
