@@ -1,0 +1,216 @@
+#!/usr/bin/env bash
+# The one script run on the GPU machine: build, GPU tests, data, benchmarks, blog ladder.
+#
+#   scripts/gpu_check.sh [build] [tests] [data] [loader] [resnet] [gpt] [blog]    (none: all, in order)
+#
+# Each stage runs under its own time limit (seconds, env STAGE_BUDGET_<NAME>), and the whole call
+# keeps within BUDGET_S (default 560 s, under the 10-minute limit of one call): a stage that no
+# longer fits is skipped and reported. Stages build and prepare what they need incrementally
+# (ninja is a no-op when nothing changed; data is skipped when present), so a call may run any
+# subset on a machine that kept (or lost) the previous call's build.
+#
+# Output, under $OUT (default ./gpu_out):
+#   results.tgz   logs/*.log (one per stage) and results/: meta.txt (date, commit, device, host),
+#                 commands.txt (every command with its time), stages.txt, CSVs, run metrics
+#                 (metrics.jsonl, gpu.jsonl, config.yaml; no checkpoints), PNG timelines, tables
+#   summary.txt   the final tables (bench/summarize_gpu_check.py), also printed last on stdout
+# The tarball is written by an EXIT trap, so a failing stage still returns its logs.
+#
+# Environment: BRRR_COMMIT (recorded when .git is absent), FULL_TESTS=1 (also the whole ctest
+# suite), RESNET_COMPILE=1 (also torch.compile in the ResNet comparison), GPT_COMPILE=0 (skip the
+# torch.compile GPT runs), LOADER_WORKERS (default 0,1,2,4,8,16), BUILD_DIR (default build-gpu).
+set -uo pipefail
+
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+OUT=${OUT:-$ROOT/gpu_out}
+BUILD_DIR=${BUILD_DIR:-build-gpu}
+BUDGET_S=${BUDGET_S:-560}
+LOG=$OUT/logs
+RES=$OUT/results
+mkdir -p "$LOG" "$RES"
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+export PYTHONUNBUFFERED=1 BUILD_DIR
+T0=$SECONDS
+
+# ---- bookkeeping ----------------------------------------------------------------------------
+commit=${BRRR_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+{
+  echo "date:    $(date -u +%FT%TZ)"
+  echo "commit:  $commit"
+  echo "device:  $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo 'no nvidia-smi')"
+  echo "host:    $(hostname), $(nproc) cpus, $(uname -r)"
+  echo "torch:   $(python3 -c 'import torch;print(torch.__version__, "cuda", torch.version.cuda)' 2>/dev/null)"
+  echo "stages:  ${*:-all}"
+} > "$RES/meta.txt"
+
+# Runs a command, appending it (with its time and stage) to commands.txt; output goes to stdout.
+run() {
+  echo "$(date -u +%FT%TZ) [$STAGE] $*" >> "$RES/commands.txt"
+  echo "+ $*"
+  "$@"
+}
+
+# Copies a run directory's records (not its checkpoints) into the results.
+keep_run() {
+  local src=$1 dst=$2
+  mkdir -p "$dst"
+  for f in metrics.jsonl gpu.jsonl config.yaml; do
+    [[ -f "$src/$f" ]] && cp "$src/$f" "$dst/"
+  done
+  return 0
+}
+
+finish() {
+  local rc=$?
+  trap - EXIT INT TERM
+  STAGE=summary
+  python3 bench/summarize_gpu_check.py "$RES" --out "$OUT/summary.txt" > /dev/null 2>> "$LOG/summary.log"
+  # Keep the tarball under the 16 MiB a file may have: drop any single file over 4 MiB (named).
+  find "$LOG" "$RES" -type f -size +4M -printf '%p (%s bytes) left out of results.tgz\n' \
+    -delete >> "$OUT/summary.txt"
+  tar -czf "$OUT/results.tgz" -C "$OUT" logs results
+  rm -rf "$LOG" "$RES"
+  echo
+  echo "==================== summary ($(( SECONDS - T0 )) s; everything in $OUT/results.tgz) ===================="
+  cat "$OUT/summary.txt"
+  exit $rc
+}
+trap finish EXIT
+trap 'exit 130' INT TERM
+
+# ---- stages ---------------------------------------------------------------------------------
+stage_build() {
+  local prefix
+  prefix=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')
+  if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
+    run cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DCMAKE_PREFIX_PATH="$prefix" || return 1
+  fi
+  run ninja -C "$BUILD_DIR" -j16 -k 0
+}
+
+stage_tests() {
+  local rc=0 suite filter
+  run python3 tests/golden/make_all.py --out "$BUILD_DIR/golden" || rc=1
+  for suite in core data models trainer cli; do
+    [[ -x "$BUILD_DIR/tests/${suite}_tests" ]] || { echo "no ${suite}_tests built"; rc=1; continue; }
+    filter='*Gpu*:*GPU*:*Cuda*:*CUDA*:*Pinned*:*Prefetch*:*Device*:*Autocast*:*Fused*:*Nvml*:*Monitor*'
+    run "$BUILD_DIR/tests/${suite}_tests" --gtest_filter="$filter" --gtest_brief=1 || rc=1
+  done
+  if [[ "${FULL_TESTS:-0}" == 1 ]]; then
+    run ctest --test-dir "$BUILD_DIR" -j8 --output-on-failure --timeout 300 || rc=1
+  fi
+  return $rc
+}
+
+stage_data() {
+  run scripts/prepare_data.sh tokens photos
+}
+
+need_data() {  # the stages below make their data if an earlier call (or machine) did not
+  [[ -s data_cache/fortunes_train.bin && -f data_cache/photos/.complete ]] || stage_data
+}
+
+stage_loader() {
+  need_data || return 1
+  local d=$RES/loader workers=${LOADER_WORKERS:-0,1,2,4,8,16} rc=0
+  mkdir -p "$d"
+  run "$BUILD_DIR/bench/bench_loader_bench" --root data_cache/photos --workers "$workers" \
+    --batch 64 --batches 40 --warmup 8 --csv "$d/brrr_loader.csv" || rc=1
+  run python3 bench/torch_loader_bench.py --root data_cache/photos --workers "$workers" \
+    --batch 64 --batches 40 --warmup 8 --decoder torchvision --csv "$d/torch_loader.csv" || rc=1
+  run python3 bench/compare_loaders.py "$d/brrr_loader.csv" "$d/torch_loader.csv" \
+    --out "$d/compare.md" || rc=1
+  return $rc
+}
+
+stage_resnet() {
+  need_data || return 1
+  local d=$RES/resnet rc=0 b
+  mkdir -p "$d/runs"
+  run "$BUILD_DIR/bench/bench_resnet_step_bench" --batches 64,256 --steps 30 --warmup 10 \
+    --channels-last both --csv "$d/brrr_step.csv" || rc=1
+  local compile=()
+  [[ "${RESNET_COMPILE:-0}" == 1 ]] && compile=(--compile)
+  run python3 bench/torch_resnet_step.py --batches 64,256 --steps 30 --warmup 10 \
+    --channels-last both "${compile[@]}" --csv "$d/torch_step.csv" || rc=1
+  for b in 64 256; do  # the trainer from JPEGs, fed by 16 workers (05_large_batch, batch b)
+    rm -rf "runs/gpu_check/resnet_jpeg_b$b"
+    run "$BUILD_DIR/trainer" --config configs/blog/05_large_batch.yaml \
+      --set run.name="resnet_jpeg_b$b" --set run.output_dir=runs/gpu_check \
+      --set data.batch_size=$b --set train.max_steps=$(( b == 64 ? 300 : 120 )) || rc=1
+    keep_run "runs/gpu_check/resnet_jpeg_b$b" "$d/runs/resnet_jpeg_b$b"
+  done
+  return $rc
+}
+
+stage_gpt() {
+  need_data || return 1
+  local d=$RES/gpt rc=0 a
+  mkdir -p "$d/runs"
+  for a in 1 4; do
+    rm -rf "runs/gpu_check/gpt2_accum$a"
+    run "$BUILD_DIR/trainer" --config configs/gpt2-124m.yaml --set run.name="gpt2_accum$a" \
+      --set run.output_dir=runs/gpu_check --set train.grad_accum_steps=$a \
+      --set train.max_steps=$(( a == 1 ? 200 : 50 )) --set train.eval_every=0 \
+      --set train.eval_steps=2 || rc=1
+    keep_run "runs/gpu_check/gpt2_accum$a" "$d/runs/gpt2_accum$a"
+  done
+  local modes=eager,compile
+  [[ "${GPT_COMPILE:-1}" == 0 ]] && modes=eager
+  run python3 bench/torch_gpt2.py --tokens data_cache/fortunes_train.bin --modes "$modes" \
+    --accum 1,4 --steps 15 --warmup 5 --matmul-peak --csv "$d/torch_gpt2.csv" || rc=1
+  run python3 bench/hf_gpt2.py --tokens data_cache/fortunes_train.bin --max-steps 30 \
+    --warmup 10 --csv "$d/hf_gpt2.csv" || rc=1
+  return $rc
+}
+
+stage_blog() {
+  need_data || return 1
+  local rc=0 r
+  run env TRAINER="$BUILD_DIR/trainer" RUNS_DIR=runs/blog REPORT_DIR="$RES/blog" \
+    LOG_DIR="$LOG/blog" scripts/run_blog.sh || rc=1
+  for r in runs/blog/blog_*; do
+    [[ -d "$r" ]] && keep_run "$r" "$RES/blog/runs/$(basename "$r")"
+  done
+  return $rc
+}
+
+# Seconds each stage may take at most (a longer one is stopped and reported as timed out).
+declare -A BUDGET=([build]=${STAGE_BUDGET_BUILD:-480} [tests]=${STAGE_BUDGET_TESTS:-240}
+                   [data]=${STAGE_BUDGET_DATA:-120} [loader]=${STAGE_BUDGET_LOADER:-200}
+                   [resnet]=${STAGE_BUDGET_RESNET:-240} [gpt]=${STAGE_BUDGET_GPT:-420}
+                   [blog]=${STAGE_BUDGET_BLOG:-420})
+stages=("$@")
+(( ${#stages[@]} > 0 )) || stages=(build tests data loader resnet gpt blog)
+for s in "${stages[@]}"; do
+  [[ -n "${BUDGET[$s]:-}" ]] || { echo "gpu_check: unknown stage '$s' (build tests data loader resnet gpt blog)" >&2; exit 2; }
+done
+
+export -f run keep_run need_data stage_build stage_tests stage_data stage_loader stage_resnet \
+  stage_gpt stage_blog
+export RES LOG ROOT
+status=0
+for STAGE in "${stages[@]}"; do
+  export STAGE
+  left=$(( BUDGET_S - (SECONDS - T0) - 15 ))  # 15 s kept for packing the results
+  limit=${BUDGET[$STAGE]}
+  (( limit > left )) && limit=$left
+  if (( limit < 20 )); then
+    echo "$STAGE skipped (no time left: ${left}s)" | tee -a "$RES/stages.txt"
+    status=1
+    continue
+  fi
+  echo "==== $(date -u +%T) stage $STAGE (limit ${limit}s) ===="
+  start=$SECONDS
+  timeout -k 10 "$limit" bash -c "stage_$STAGE" > "$LOG/$STAGE.log" 2>&1
+  rc=$?
+  secs=$(( SECONDS - start ))
+  note=""
+  (( rc == 124 || rc == 137 )) && note=" TIMED OUT"
+  echo "$STAGE rc=$rc ${secs}s$note" | tee -a "$RES/stages.txt"
+  (( rc != 0 )) && { status=1; tail -15 "$LOG/$STAGE.log"; }
+  [[ "$STAGE" == build && $rc != 0 ]] && { echo "build failed: later stages may fail too"; }
+done
+exit $status
