@@ -87,10 +87,9 @@ RunStats stats_from_records(const std::vector<JsonRecord>& records) {
   s.device_name = summary_string(summary, "device_name");
   s.precision = summary_string(summary, "precision");
   const JsonRecord* last_train = train.empty() ? nullptr : train.back();
-  auto last = [&](const std::string& key) -> std::optional<double> {
-    if (auto v = number_of(summary, key)) return v;
-    if (last_train != nullptr) return number_of(last_train, key);
-    return std::nullopt;
+  auto last = [&](const std::string& key) {  // the summary's value, else the last train record's
+    std::optional<double> v = number_of(summary, key);
+    return v ? v : number_of(last_train, key);
   };
   s.steps = static_cast<int64_t>(std::llround(last("step").value_or(0.0)));
   s.time_s = last("time_s").value_or(0.0);
