@@ -1,5 +1,7 @@
 #include "data/collate.h"
 
+#include <ATen/ATen.h>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 

@@ -1,4 +1,5 @@
 // CUDA page-locking of brrr's own host memory. Every CUDA call is checked with file:line.
+#include <ATen/Context.h>
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
@@ -32,6 +33,9 @@ void pin_host_memory(void* ptr, size_t bytes) {
     throw Error(
         fmt::format("cannot pin {} bytes of host memory: no CUDA device is visible", bytes));
   }
+  // Initialise libtorch's CUDA state first: is_pinned() reports false for every pointer while
+  // libtorch has not initialised the device, and both must share the one primary context.
+  at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
   BRRR_HOST_CUDA_CHECK(cudaHostRegister(ptr, bytes, cudaHostRegisterDefault));
 }
 

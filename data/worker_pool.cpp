@@ -1,5 +1,6 @@
 #include "data/worker_pool.h"
 
+#include <ATen/Parallel.h>
 #include <fmt/format.h>
 #include <poll.h>
 #include <signal.h>
