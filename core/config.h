@@ -252,7 +252,18 @@ void validate(const ExperimentConfig& config);
 /// The fully resolved config as YAML; parse_config(to_yaml(c)) == c.
 std::string to_yaml(const ExperimentConfig& config);
 
-/// Every valid key path (for `--help`, suggestions, docs), e.g. "train.max_steps".
+/// Every valid key path (for `--help`, suggestions, docs), e.g. "train.max_steps". Keys inside the
+/// elements of a transform list read "data.transforms[].size".
 std::vector<std::string> config_keys();
+
+/// One line per key: path, type, default and doc (for `trainer --help` and the docs).
+std::string config_reference();
+
+/// Field-wise equality over every schema key. `source_path` is not compared: it records where a
+/// config came from, not what it is. Doubles compare exactly (so a NaN field is never equal).
+bool operator==(const ExperimentConfig& a, const ExperimentConfig& b);
+bool operator!=(const ExperimentConfig& a, const ExperimentConfig& b);
+bool operator==(const TransformOptions& a, const TransformOptions& b);
+bool operator!=(const TransformOptions& a, const TransformOptions& b);
 
 }  // namespace brrr
