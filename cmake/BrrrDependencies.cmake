@@ -62,6 +62,17 @@ else()
   message(FATAL_ERROR "brrr: yaml-cpp found but it exports neither yaml-cpp::yaml-cpp nor yaml-cpp")
 endif()
 find_package(fmt REQUIRED)
+# libtorch ships headers of another fmt major version inside its include directory, which would
+# shadow the system fmt that brrr links (undefined fmt::vNN symbols at link time). A directory
+# holding only a link to the system fmt headers is put first on the include path.
+get_target_property(_brrr_fmt_inc fmt::fmt INTERFACE_INCLUDE_DIRECTORIES)
+list(GET _brrr_fmt_inc 0 _brrr_fmt_inc)
+set(BRRR_FMT_INCLUDE_DIR "${_brrr_fmt_inc}")
+set(BRRR_FMT_SHIM "${CMAKE_BINARY_DIR}/fmt_shim")
+file(MAKE_DIRECTORY "${BRRR_FMT_SHIM}")
+if(NOT EXISTS "${BRRR_FMT_SHIM}/fmt")
+  file(CREATE_LINK "${BRRR_FMT_INCLUDE_DIR}/fmt" "${BRRR_FMT_SHIM}/fmt" SYMBOLIC)
+endif()
 find_package(JPEG REQUIRED)
 find_package(PNG REQUIRED)
 find_package(ZLIB REQUIRED)

@@ -16,6 +16,9 @@ endforeach()
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/generated/core/build_info.h
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/brrr/core)
 install(DIRECTORY configs/ DESTINATION ${CMAKE_INSTALL_DATADIR}/brrr/configs)
+# The fmt shim for consumers (see BrrrDependencies.cmake): a link to the system fmt headers.
+install(CODE "file(MAKE_DIRECTORY \"\$ENV{DESTDIR}\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_INCLUDEDIR}/brrr/fmt_shim\")
+  file(CREATE_LINK \"${BRRR_FMT_INCLUDE_DIR}/fmt\" \"\$ENV{DESTDIR}\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_INCLUDEDIR}/brrr/fmt_shim/fmt\" SYMBOLIC)")
 install(EXPORT brrrTargets NAMESPACE brrr:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/brrr)
 
 configure_package_config_file(cmake/brrrConfig.cmake.in
