@@ -17,44 +17,31 @@ namespace brrr::detail {
 
 namespace {
 
+// The kind of a member follows from its C++ type; any other type fails to compile.
 template <typename T>
-constexpr Kind kind_of();
-template <>
-constexpr Kind kind_of<int64_t>() {
-  return Kind::kInt;
+constexpr Kind kind_of() {
+  if constexpr (std::is_same_v<T, int64_t>) return Kind::kInt;
+  if constexpr (std::is_same_v<T, double>) return Kind::kDouble;
+  if constexpr (std::is_same_v<T, bool>) return Kind::kBool;
+  if constexpr (std::is_same_v<T, std::string>) return Kind::kString;
+  if constexpr (std::is_same_v<T, std::vector<int64_t>>) return Kind::kIntList;
+  if constexpr (std::is_same_v<T, std::vector<double>>) return Kind::kDoubleList;
+  if constexpr (std::is_same_v<T, std::vector<TransformOptions>>) return Kind::kTransforms;
 }
-template <>
-constexpr Kind kind_of<double>() {
-  return Kind::kDouble;
-}
-template <>
-constexpr Kind kind_of<bool>() {
-  return Kind::kBool;
-}
-template <>
-constexpr Kind kind_of<std::string>() {
-  return Kind::kString;
-}
-template <>
-constexpr Kind kind_of<std::vector<int64_t>>() {
-  return Kind::kIntList;
-}
-template <>
-constexpr Kind kind_of<std::vector<double>>() {
-  return Kind::kDoubleList;
-}
-template <>
-constexpr Kind kind_of<std::vector<TransformOptions>>() {
-  return Kind::kTransforms;
+
+template <typename Member>
+Field make_field(const char* key, void* (*get)(void*), Rules rules, const char* doc) {
+  constexpr Kind kind = kind_of<Member>();  // constant-evaluated: an unknown type cannot compile
+  return Field{key, kind, get, std::move(rules), doc};
 }
 
 // The key path is spelled once: it is both the YAML key and the member path, so a row cannot
-// point at the wrong member, and the kind follows from the member's C++ type.
-#define BRRR_FIELD(ROOT, path, rules, doc)                                              \
-  Field {                                                                               \
-#path, kind_of < decltype(std::declval <ROOT&>().path)>(),                          \
-        [](void* root) -> void* { return &static_cast<ROOT*>(root)->path; }, rules, doc \
-  }
+// point at the wrong member.
+// clang-format off
+#define BRRR_FIELD(ROOT, path, rules, doc)                                                  \
+  make_field<decltype(std::declval<ROOT&>().path)>(                                         \
+      #path, [](void* root) -> void* { return &static_cast<ROOT*>(root)->path; }, rules, doc)
+// clang-format on
 #define BRRR_CFG(path, rules, doc) BRRR_FIELD(ExperimentConfig, path, rules, doc)
 
 // DatasetOptions appears twice (data, data.val); only the rules of a few rows differ.
