@@ -14,7 +14,6 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <sstream>
 #include <vector>
 
 // jpeglib.h needs FILE and size_t declared first; jerror.h needs jpeglib.h.
@@ -295,12 +294,15 @@ bool png_step_write(PngWriteSession* s, png_bytep* rows, uint32_t h, uint32_t w,
 }  // namespace
 
 std::string read_file_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) throw DataError("cannot open file '" + path + "': " + std::strerror(errno));
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) throw DataError("cannot read file '" + path + "'");
-  return std::move(buffer).str();
+  const std::streamoff size = in.tellg();
+  std::string bytes(static_cast<size_t>(std::max<std::streamoff>(size, 0)), '\0');
+  in.seekg(0);
+  if (size < 0 || !in.read(bytes.data(), size)) {
+    throw DataError("cannot read file '" + path + "' (" + std::to_string(size) + " bytes)");
+  }
+  return bytes;
 }
 
 bool is_jpeg(const uint8_t* data, size_t size) {
