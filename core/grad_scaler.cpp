@@ -27,6 +27,11 @@ at::Tensor read_tensor(torch::serialize::InputArchive& archive, const std::strin
   return tensor;
 }
 
+/// "cuda" (no index: the current device) matches any "cuda:N"; explicit indices must agree.
+bool same_device(const c10::Device& a, const c10::Device& b) {
+  return a.type() == b.type() && (!a.has_index() || !b.has_index() || a.index() == b.index());
+}
+
 }  // namespace
 
 GradScaler::GradScaler(GradScalerOptions options, bool enabled, c10::Device device)
@@ -78,7 +83,7 @@ void GradScaler::unscale(const std::vector<at::Tensor>& params) {
       throw Error("GradScaler::unscale: gradient of parameter " + std::to_string(i) +
                   " is float16; keep the weights in float32 under fp16 autocast");
     }
-    if (grad.device() != device_) {
+    if (!same_device(grad.device(), device_)) {
       throw Error("GradScaler::unscale: gradient of parameter " + std::to_string(i) + " is on " +
                   grad.device().str() + ", the scaler on " + device_.str());
     }

@@ -30,6 +30,11 @@ bool parse_fused(const std::string& fused, c10::Device device) {
   throw ConfigError("optim.fused: unknown value '" + fused + "' (expected auto, true or false)");
 }
 
+/// "cuda" (no index: the current device) matches any "cuda:N"; explicit indices must agree.
+bool same_device(const c10::Device& a, const c10::Device& b) {
+  return a.type() == b.type() && (!a.has_index() || !b.has_index() || a.index() == b.index());
+}
+
 }  // namespace
 
 Optimizer::Optimizer(std::vector<ParamGroup> groups, std::vector<std::string> names, double lr,
@@ -58,7 +63,7 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups, std::vector<std::string> na
                                : std::string("undefined")) +
                   "; only floating-point parameters can be optimized");
     }
-    if (p.device() != device_) {
+    if (!same_device(p.device(), device_)) {
       throw Error("Optimizer: parameter " + param_name(i) + " is on " + p.device().str() +
                   ", the optimizer on " + device_.str());
     }
