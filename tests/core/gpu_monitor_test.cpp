@@ -1,6 +1,7 @@
 #include "core/gpu_monitor.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -27,7 +28,7 @@ brrr::GpuSample make_sample(double t, double util, double mem_used, double power
 }
 
 fs::path temp_path(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / "brrr_gpu_monitor_test";
+  fs::path dir = fs::temp_directory_path() / ("brrr_gpu_monitor_test_" + std::to_string(getpid()));
   fs::create_directories(dir);
   fs::path p = dir / name;
   fs::remove(p);
@@ -92,7 +93,8 @@ TEST(GpuMonitorTest, MapsCudaIndexThroughPlainVisibleDeviceList) {
 }
 
 TEST(GpuMonitorTest, RejectsIntervalOutOfRange) {
-  EXPECT_THROW(brrr::GpuMonitor(0, temp_path("bad.jsonl").string(), 0), brrr::Error);
+  EXPECT_THROW(brrr::GpuMonitor(0, "unused.jsonl", 0), brrr::Error);
+  EXPECT_THROW(brrr::GpuMonitor(0, "unused.jsonl", 20000), brrr::Error);
 }
 
 TEST(GpuMonitorTest, IsHarmlessWithoutNvml) {
@@ -106,6 +108,7 @@ TEST(GpuMonitorTest, IsHarmlessWithoutNvml) {
   monitor.stop();
   EXPECT_EQ(monitor.summary().num_samples, 0);
   EXPECT_FALSE(fs::exists(path));
+  if (!HasFailure()) fs::remove_all(path.parent_path());
 }
 
 TEST(GpuMonitorTest, SamplesTheRealGpu) {
@@ -137,4 +140,5 @@ TEST(GpuMonitorTest, SamplesTheRealGpu) {
   }
   EXPECT_EQ(lines, samples.size());
   EXPECT_EQ(monitor.summary().num_samples, static_cast<int64_t>(samples.size()));
+  if (!HasFailure()) fs::remove_all(path.parent_path());
 }

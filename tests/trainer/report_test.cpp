@@ -1,6 +1,7 @@
 #include "trainer/report.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -30,8 +31,13 @@ int count(const std::string& text, const std::string& needle) {
   return n;
 }
 
+// Scratch space of this test process; removed at the end of a passing test.
+fs::path test_root() {
+  return fs::temp_directory_path() / ("brrr_report_test_" + std::to_string(getpid()));
+}
+
 fs::path fresh_dir(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / "brrr_report_test" / name;
+  fs::path dir = test_root() / name;
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;
@@ -113,6 +119,7 @@ TEST(ReportTest, OverlaysTwoRecordedRuns) {
   EXPECT_EQ(count(md, "config of run_"), 2);
   for (const char* plot : plots)
     EXPECT_NE(md.find(std::string("](") + plot + ")"), std::string::npos);
+  if (!HasFailure()) fs::remove_all(test_root());  // kept for inspection on failure
 }
 
 TEST(ReportTest, SingleRunWithoutGpuFileSkipsTheUtilisationPlot) {
@@ -133,6 +140,7 @@ TEST(ReportTest, SingleRunWithoutGpuFileSkipsTheUtilisationPlot) {
   std::string metric = read(out / "metric.svg");
   EXPECT_NE(metric.find("data-label=\"val_ppl\""), std::string::npos);
   EXPECT_EQ(count(read(out / "breakdown.svg"), "<rect class=\"segment\""), 4);
+  if (!HasFailure()) fs::remove_all(test_root());  // kept for inspection on failure
 }
 
 TEST(ReportTest, MissingMetricsIsAnErrorNamingThePath) {
@@ -145,4 +153,5 @@ TEST(ReportTest, MissingMetricsIsAnErrorNamingThePath) {
         << e.what();
   }
   EXPECT_FALSE(fs::exists(run / "report"));
+  if (!HasFailure()) fs::remove_all(test_root());  // kept for inspection on failure
 }

@@ -1,6 +1,7 @@
 #include "trainer/svg_plot.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -167,7 +168,7 @@ TEST(SvgPlotTest, RejectsBadBarValues) {
 }
 
 TEST(SvgPlotTest, SavesSvgAndPngOnlyWhenAConverterSucceeds) {
-  fs::path dir = fs::temp_directory_path() / "brrr_svg_plot_test";
+  fs::path dir = fs::temp_directory_path() / ("brrr_svg_plot_test_" + std::to_string(getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
   brrr::LinePlot plot{"t", "x", "y"};
@@ -186,4 +187,5 @@ TEST(SvgPlotTest, SavesSvgAndPngOnlyWhenAConverterSucceeds) {
     EXPECT_EQ(std::string(magic + 1, 3), "PNG");
   }
   EXPECT_THROW(brrr::save_plot(svg, (dir / "missing" / "p.svg").string()), brrr::Error);
+  if (!HasFailure()) fs::remove_all(dir);
 }
