@@ -100,7 +100,10 @@ TEST(GpuMonitorTest, RejectsIntervalOutOfRange) {
 TEST(GpuMonitorTest, IsHarmlessWithoutNvml) {
   fs::path path = temp_path("none.jsonl");
   brrr::GpuMonitor monitor(0, path.string(), 50);
-  if (monitor.available()) GTEST_SKIP() << "NVML present: covered by SamplesTheRealGpu";
+  if (monitor.available()) {
+    fs::remove_all(path.parent_path());
+    GTEST_SKIP() << "NVML present: covered by SamplesTheRealGpu";
+  }
   EXPECT_EQ(monitor.device_name(), "");
   monitor.start();
   EXPECT_FALSE(monitor.running());
@@ -115,7 +118,10 @@ TEST(GpuMonitorTest, SamplesTheRealGpu) {
   fs::path path = temp_path("gpu.jsonl");
   auto t0 = std::chrono::steady_clock::now();
   brrr::GpuMonitor monitor(0, path.string(), 50, t0);
-  if (!monitor.available()) GTEST_SKIP() << "no NVML / NVIDIA driver on this machine";
+  if (!monitor.available()) {
+    fs::remove_all(path.parent_path());
+    GTEST_SKIP() << "no NVML / NVIDIA driver on this machine";
+  }
   EXPECT_FALSE(monitor.device_name().empty());
   monitor.start();
   EXPECT_TRUE(monitor.running());
