@@ -109,6 +109,9 @@ class Trainer {
  private:
   struct LogWindow;
   void build_data();
+  /// Resolves data.batch_size: auto and data.num_workers: auto by measuring (see auto_tune.h).
+  void auto_tune();
+  void probe_step(int64_t batch_size);
   std::optional<Batch> next_train_batch(double* wait_seconds);
   void train_one_step(LogWindow& window);
   void log_step(LogWindow& window);

@@ -1,0 +1,215 @@
+// The `trainer` command as a user runs it: exit codes, --help/--version, config errors with
+// file:line, --print-config round trip, --dry-run, a real run's files, SIGTERM with resume.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fcntl.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "core/config.h"
+
+extern char** environ;
+
+namespace brrr {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string slurp(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("brrr_cli_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "_" +
+            std::to_string(getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Starts the trainer with stdout/stderr redirected to files; returns its pid.
+  pid_t start(const std::vector<std::string>& args) {
+    std::vector<std::string> argv_s = {BRRR_TRAINER_EXE};
+    argv_s.insert(argv_s.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& a : argv_s) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 1, (dir_ / "stdout").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&actions, 2, (dir_ / "stderr").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addchdir_np(&actions, dir_.c_str());
+    pid_t pid = -1;
+    EXPECT_EQ(posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ), 0);
+    posix_spawn_file_actions_destroy(&actions);
+    return pid;
+  }
+
+  Result finish(pid_t pid) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    Result r;
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    r.out = slurp(dir_ / "stdout");
+    r.err = slurp(dir_ / "stderr");
+    return r;
+  }
+
+  Result run(const std::vector<std::string>& args) { return finish(start(args)); }
+
+  fs::path write(const std::string& name, const std::string& text) {
+    const fs::path p = dir_ / name;
+    std::ofstream(p) << text;
+    return p;
+  }
+
+  // A small CSV classification problem and a config that trains an MLP on it.
+  fs::path write_csv_experiment(int64_t max_steps) {
+    std::ofstream csv(dir_ / "train.csv");
+    csv << "a,b,c,label\n";
+    for (int i = 0; i < 512; ++i) {
+      const int label = i % 2;
+      csv << (label ? 1.0 : -1.0) + 0.01 * (i % 7) << "," << 0.5 * (i % 5) << "," << (label ? -0.3 : 0.4)
+          << "," << label << "\n";
+    }
+    return write("exp.yaml", "run: {name: csvrun, output_dir: runs, seed: 3, device: cpu}\n"
+                             "model: {name: mlp, in_channels: 3, image_size: 1, num_classes: 2, hidden_sizes: [8]}\n"
+                             "data: {dataset: csv, path: train.csv, batch_size: 16, num_workers: 0}\n"
+                             "optim: {name: sgd, lr: 0.05, momentum: 0.9}\n"
+                             "train: {max_steps: " + std::to_string(max_steps) +
+                                 ", log_every: 1, checkpoint_every: 0}\n");
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(CliTest, HelpAndVersionExitZero) {
+  Result help = run({"--help"});
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_NE(help.out.find("usage:"), std::string::npos);
+  EXPECT_NE(help.out.find("--print-config"), std::string::npos);
+  Result version = run({"--version"});
+  EXPECT_EQ(version.exit_code, 0);
+  EXPECT_EQ(version.out.rfind("brrr ", 0), 0u) << version.out;
+}
+
+TEST_F(CliTest, UsageErrorsExitTwo) {
+  EXPECT_EQ(run({}).exit_code, 2);
+  Result unknown = run({"--config", "x.yaml", "--bogus"});
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_NE(unknown.err.find("unknown argument '--bogus'"), std::string::npos) << unknown.err;
+  Result missing_value = run({"--config"});
+  EXPECT_EQ(missing_value.exit_code, 2);
+  EXPECT_NE(missing_value.err.find("--config needs a value"), std::string::npos) << missing_value.err;
+}
+
+TEST_F(CliTest, MalformedFileExitsTwoNamingFileAndLine) {
+  write("bad.yaml", "model: {name: mlp}\ndata:\n  dataset: csv\n  batch_size: [1, 2\n");
+  Result r = run({"--config", "bad.yaml"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("bad.yaml:"), std::string::npos) << r.err;
+}
+
+TEST_F(CliTest, UnknownKeyExitsTwoWithSuggestion) {
+  write_csv_experiment(5);
+  Result r = run({"--config", "exp.yaml", "--set", "train.max_step=3"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("train.max_steps"), std::string::npos) << r.err;
+  Result missing = run({"--config", "nope.yaml"});
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_NE(missing.err.find("nope.yaml"), std::string::npos) << missing.err;
+}
+
+TEST_F(CliTest, PrintConfigLoadsBackToTheSameConfig) {
+  const fs::path exp = write_csv_experiment(5);
+  Result r = run({"--config", "exp.yaml", "--set", "train.precision=bf16", "--set", "optim.betas=[0.8,0.9]",
+                  "--print-config"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const fs::path printed = write("printed.yaml", r.out);
+  const ExperimentConfig original =
+      load_config(exp.string(), {"train.precision=bf16", "optim.betas=[0.8,0.9]"});
+  ExperimentConfig reloaded = load_config(printed.string());
+  reloaded.source_path = original.source_path;
+  EXPECT_EQ(reloaded, original);
+  EXPECT_EQ(reloaded.train.precision, "bf16");
+}
+
+TEST_F(CliTest, DryRunPrintsThePlan) {
+  write_csv_experiment(5);
+  Result r = run({"--config", "exp.yaml", "--dry-run"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* word : {"device", "precision", "parameters", "batch", "num_workers"}) {
+    EXPECT_NE(r.out.find(word), std::string::npos) << word << " missing from:\n" << r.out;
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "runs" / "csvrun" / "metrics.jsonl"));  // nothing trained
+}
+
+TEST_F(CliTest, RunWritesResolvedConfigAndMetrics) {
+  write_csv_experiment(12);
+  Result r = run({"--config", "exp.yaml"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const fs::path run_dir = dir_ / "runs" / "csvrun";
+  EXPECT_TRUE(fs::exists(run_dir / "config.yaml"));
+  const std::string metrics = slurp(run_dir / "metrics.jsonl");
+  EXPECT_NE(metrics.find("\"kind\": \"summary\""), std::string::npos) << metrics;
+  EXPECT_TRUE(fs::exists(run_dir / "checkpoints" / "step_00000012.pt"));
+}
+
+TEST_F(CliTest, RuntimeFailureExitsOne) {
+  write_csv_experiment(5);
+  Result r = run({"--config", "exp.yaml", "--set", "data.path=missing.csv"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("missing.csv"), std::string::npos) << r.err;
+}
+
+TEST_F(CliTest, SigtermSavesACheckpointAndResumeContinues) {
+  write_csv_experiment(1000000);
+  const pid_t pid = start({"--config", "exp.yaml"});
+  const fs::path metrics = dir_ / "runs" / "csvrun" / "metrics.jsonl";
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline &&
+         (!fs::exists(metrics) || fs::file_size(metrics) < 2000)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(fs::exists(metrics)) << "the trainer never started logging";
+  kill(pid, SIGTERM);
+  Result r = finish(pid);
+  EXPECT_EQ(r.exit_code, 128 + SIGTERM) << r.err;
+  EXPECT_NE(r.err.find("stop requested"), std::string::npos) << r.err;
+  std::vector<fs::path> checkpoints;
+  for (const auto& e : fs::directory_iterator(dir_ / "runs" / "csvrun" / "checkpoints")) {
+    checkpoints.push_back(e.path());
+  }
+  ASSERT_EQ(checkpoints.size(), 1u);
+  const std::string name = checkpoints[0].filename().string();
+  const int64_t stopped_at = std::stoll(name.substr(5, 8));
+  EXPECT_GT(stopped_at, 0);
+
+  Result resumed = run({"--config", "exp.yaml", "--resume", "auto", "--set",
+                        "train.max_steps=" + std::to_string(stopped_at + 5)});
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_NE(resumed.err.find("resumed from"), std::string::npos) << resumed.err;
+}
+
+}  // namespace
+}  // namespace brrr

@@ -1,0 +1,88 @@
+#include "trainer/auto_tune.h"
+
+#include <c10/util/Exception.h>
+
+#include <chrono>
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace brrr {
+
+WorkerChoice choose_num_workers(double step_seconds, int64_t max_workers,
+                                const std::function<double(int64_t)>& measure) {
+  TORCH_CHECK(step_seconds > 0, "choose_num_workers: step_seconds must be > 0, got ", step_seconds);
+  const double needed = 1.1 / step_seconds;  // batches/s the model consumes, plus 10% headroom
+  WorkerChoice choice;
+  std::vector<int64_t> candidates = {0};
+  for (int64_t n = 1; n <= max_workers; n *= 2) candidates.push_back(n);
+  if (candidates.back() != max_workers && max_workers > 0) candidates.push_back(max_workers);
+  const WorkerTrial* best = nullptr;
+  for (int64_t n : candidates) {
+    choice.trials.push_back({n, measure(n)});
+    const WorkerTrial& t = choice.trials.back();
+    if (best == nullptr || t.batches_per_s > best->batches_per_s) best = &choice.trials.back();
+    if (t.batches_per_s >= needed) {
+      choice.num_workers = n;
+      choice.reason = fmt::format("{} worker(s) load {:.1f} batches/s >= {:.1f} needed by a {:.1f} ms step "
+                                  "(+10% headroom)", n, t.batches_per_s, needed, step_seconds * 1e3);
+      return choice;
+    }
+  }
+  choice.num_workers = best->num_workers;
+  choice.reason = fmt::format("no count up to {} keeps up with a {:.1f} ms step ({:.1f} batches/s needed); "
+                              "{} worker(s) was fastest at {:.1f} batches/s: the run will be input-bound",
+                              max_workers, step_seconds * 1e3, needed, best->num_workers, best->batches_per_s);
+  return choice;
+}
+
+double measure_loader(const DatasetPtr& dataset, const DataLoaderOptions& options, int64_t batches) {
+  DataLoader loader(dataset, options);
+  loader.start_epoch(0, 0);
+  const int64_t warmup = std::max<int64_t>(1, options.num_workers());
+  const int64_t total = std::min(loader.batches_per_epoch(), warmup + batches);
+  TORCH_CHECK(total > warmup, "measure_loader: the data set has too few batches (",
+              loader.batches_per_epoch(), ") to measure ", batches, " after ", warmup, " warm-up");
+  for (int64_t i = 0; i < warmup; ++i) loader.next();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t i = warmup; i < total; ++i) loader.next();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return static_cast<double>(total - warmup) / s;
+}
+
+BatchChoice find_max_batch_size(const std::function<void(int64_t)>& try_step, int64_t start,
+                                int64_t limit) {
+  auto round8 = [](int64_t b) { return std::max<int64_t>(8, b / 8 * 8); };
+  auto fits = [&](int64_t b) {
+    try {
+      try_step(b);
+      return true;
+    } catch (const c10::OutOfMemoryError&) {
+      return false;
+    }
+  };
+  int64_t good = 0;
+  int64_t bad = 0;
+  for (int64_t b = round8(start); b <= limit; b *= 2) {
+    if (!fits(b)) {
+      bad = b;
+      break;
+    }
+    good = b;
+  }
+  if (good == 0) {
+    if (bad == 8 || !fits(8)) throw Error("data.batch_size: auto: even a batch of 8 does not fit in device memory");
+    good = 8;
+  }
+  if (bad == 0) {
+    return {good, fmt::format("batch {} fits and the search limit is {}", good, limit)};
+  }
+  while (bad - good > 8) {  // bisection over multiples of 8
+    const int64_t mid = round8((good + bad) / 2);
+    if (mid <= good) break;
+    (fits(mid) ? good : bad) = mid;
+  }
+  return {good, fmt::format("batch {} fits in device memory, {} does not", good, bad)};
+}
+
+}  // namespace brrr

@@ -1,0 +1,44 @@
+#pragma once
+// `data.num_workers: auto` and `data.batch_size: auto`: measured at start, then printed with the
+// reason, like Hugging Face's auto_find_batch_size and Lightning's batch-size finder.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "data/data_loader.h"
+
+namespace brrr {
+
+struct WorkerTrial {
+  int64_t num_workers = 0;
+  double batches_per_s = 0;
+};
+
+struct WorkerChoice {
+  int64_t num_workers = 0;
+  std::string reason;
+  std::vector<WorkerTrial> trials;
+};
+
+/// Picks the smallest worker count whose loader throughput keeps up (with 10% headroom) with
+/// `step_seconds`, the model's time per micro-batch. Candidates 0, 1, 2, 4, ... up to max_workers;
+/// `measure(n)` returns batches/s with n workers (the default measures the real loader).
+WorkerChoice choose_num_workers(double step_seconds, int64_t max_workers,
+                                const std::function<double(int64_t)>& measure);
+
+/// Batches/s of a DataLoader over `dataset` with `options` (its num_workers), timed over
+/// `batches` batches after a warm-up of one batch per worker.
+double measure_loader(const DatasetPtr& dataset, const DataLoaderOptions& options, int64_t batches);
+
+struct BatchChoice {
+  int64_t batch_size = 0;
+  std::string reason;
+};
+
+/// Largest multiple of 8 in [8, limit] for which `try_step(b)` does not throw
+/// c10::OutOfMemoryError: doubling from `start`, then bisection. Other exceptions propagate.
+BatchChoice find_max_batch_size(const std::function<void(int64_t)>& try_step, int64_t start,
+                                int64_t limit);
+
+}  // namespace brrr
