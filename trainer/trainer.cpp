@@ -118,7 +118,11 @@ void Trainer::setup() {
   device_ = resolve_device(config_.run.device);
   if (config_.run.num_threads > 0) at::set_num_threads(static_cast<int>(config_.run.num_threads));
   const Precision precision = parse_precision(config_.train.precision);
-  if (device_.is_cuda()) set_tf32(precision != Precision::kFP32);
+  if (device_.is_cuda()) {
+    set_tf32(precision != Precision::kFP32);
+    // Input shapes are fixed per run (fixed-size batch slots), so cuDNN's autotuner pays off.
+    at::globalContext().setBenchmarkCuDNN(true);
+  }
   torch::manual_seed(static_cast<uint64_t>(config_.run.seed));
 
   model_ = build_model();
