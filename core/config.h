@@ -58,6 +58,9 @@ struct ModelOptions {
   bool bias = true;
   /// GPT: the output head shares the token embedding matrix.
   bool tie_embeddings = true;
+  /// Conv models on CUDA: NHWC (channels-last) weights and inputs, the layout tensor-core
+  /// convolutions run fastest in. Ignored on CPU and for models without convolutions.
+  bool channels_last = true;
 };
 
 /// One image transform in `data.transforms` (applied in the loader workers, on uint8 images).

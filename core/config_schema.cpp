@@ -89,6 +89,7 @@ std::vector<Field> make_config_fields() {
       BRRR_CFG(model.vocab_size, R.ge(1), "gpt: vocabulary size."),
       BRRR_CFG(model.bias, R, "gpt: biases in Linear and LayerNorm."),
       BRRR_CFG(model.tie_embeddings, R, "gpt: output head shares the token embedding."),
+      BRRR_CFG(model.channels_last, R, "conv models on CUDA: NHWC weights and inputs."),
 
       BRRR_DATASET_FIELDS(data, R.must_be_set(), R),
       BRRR_CFG(data.num_workers, R.ge(-1).auto_means(-1),

@@ -80,7 +80,9 @@ std::unique_ptr<Optimizer> Trainer::configure_optimizers() {
 Batch Trainer::prepare_batch(Batch batch) {
   auto it = batch.find("image");
   if (it != batch.end() && it->second.scalar_type() == at::kByte) {
-    it->second = normalize_images(it->second, config_.data.mean, config_.data.std, at::kFloat);
+    if (!normalizer_) normalizer_ = std::make_shared<ImageNormalizer>(config_.data.mean, config_.data.std);
+    it->second = (*normalizer_)(it->second, at::kFloat,
+                                channels_last_ ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous);
   }
   return batch;
 }
@@ -128,6 +130,7 @@ void Trainer::setup() {
   model_ = build_model();
   TORCH_CHECK(model_, "build_model() returned null");
   model_->to(device_);
+  use_channels_last_if_useful();
   params_.clear();
   for (const auto& p : model_->parameters()) {
     if (p.requires_grad()) params_.push_back(p);
@@ -147,6 +150,16 @@ void Trainer::setup() {
     add_callback(std::make_shared<BestCheckpoint>(config_.train.best_metric, config_.train.best_mode));
   }
   is_setup_ = true;
+}
+
+void Trainer::use_channels_last_if_useful() {
+  if (!device_.is_cuda() || !config_.model.channels_last) return;
+  torch::NoGradGuard no_grad;
+  for (auto& p : model_->parameters()) {
+    if (p.dim() != 4) continue;  // conv weights (O, I, kH, kW)
+    p.set_data(p.data().contiguous(at::MemoryFormat::ChannelsLast));
+    channels_last_ = true;
+  }
 }
 
 void Trainer::build_data() {

@@ -43,6 +43,7 @@ class TensorBoardWriter;
 class ProgressLine;
 class GpuMonitor;
 class TraceRecorder;
+class ImageNormalizer;
 
 /// What a training/validation step returns.
 struct StepOutput {
@@ -109,6 +110,8 @@ class Trainer {
  private:
   struct LogWindow;
   void build_data();
+  /// Conv weights to NHWC on CUDA when model.channels_last (tensor-core convolutions want it).
+  void use_channels_last_if_useful();
   /// Resolves data.batch_size: auto and data.num_workers: auto by measuring (see auto_tune.h).
   void auto_tune();
   void probe_step(int64_t batch_size);
@@ -134,6 +137,8 @@ class Trainer {
   std::unique_ptr<LrSchedule> schedule_;
   std::unique_ptr<GradScaler> scaler_;
   std::vector<at::Tensor> params_;  // trainable parameters, in model order
+  std::shared_ptr<ImageNormalizer> normalizer_;  // device-resident mean/std of data.mean/std
+  bool channels_last_ = false;  // NHWC weights and images (conv models on CUDA)
 
   DatasetPtr train_set_, val_set_;
   std::unique_ptr<DataLoader> train_loader_;

@@ -1,4 +1,5 @@
 // Trainer: evaluation, metric records, checkpoints and resume.
+#include <algorithm>
 #include <filesystem>
 
 #include "core/checkpoint_io.h"
@@ -169,8 +170,23 @@ void Trainer::write_summary() {
   Metrics s;
   s["step"] = static_cast<double>(step_);
   s["time_s"] = elapsed;
-  s["samples_per_s"] = static_cast<double>(examples_seen_) / elapsed;
-  s["tokens_per_s"] = static_cast<double>(tokens_seen_) / elapsed;
+  // Steady-state rates: the median over logging windows after the first (which holds start-up:
+  // worker start, cuDNN autotuning, allocator growth); the whole-run averages are kept beside them.
+  auto steady = [this](const std::string& key) {
+    std::vector<double> v;
+    for (const auto& r : history_) {
+      auto it = r.find(key);
+      if (it != r.end() && r.count("loss")) v.push_back(it->second);
+    }
+    if (v.size() > 1) v.erase(v.begin());
+    if (v.empty()) return 0.0;
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+    return v[v.size() / 2];
+  };
+  s["samples_per_s"] = steady("samples_per_s");
+  s["tokens_per_s"] = steady("tokens_per_s");
+  s["samples_per_s_overall"] = static_cast<double>(examples_seen_) / elapsed;
+  s["tokens_per_s_overall"] = static_cast<double>(tokens_seen_) / elapsed;
   double wait_pct_sum = 0;
   int64_t wait_n = 0;
   for (const auto& r : history_) {
