@@ -46,11 +46,6 @@ struct NvmlLibrary {
   nvmlReturn_t (*get_power)(nvmlDevice_t, unsigned int*) = nullptr;  // milliwatts
   nvmlReturn_t (*get_name)(nvmlDevice_t, char*, unsigned int) = nullptr;
 
-  ~NvmlLibrary() {
-    if (initialised) shutdown();
-    if (handle != nullptr) dlclose(handle);
-  }
-
   // Loads the library and every symbol; false (with a debug line saying why) when any is missing.
   bool load() {
     handle = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -162,6 +157,21 @@ int nvml_index_for_cuda_device(int cuda_index, const char* cuda_visible_devices)
   return ids[static_cast<size_t>(cuda_index)];
 }
 
+namespace {
+
+// NVML is loaded and initialised once per process and never unloaded: unloading and reloading
+// libnvidia-ml in one process crashed the second monitor (seen on the H200 machine), and an
+// nvmlShutdown during static destruction can run after the driver's own teardown.
+const detail::NvmlLibrary* process_nvml() {
+  static const detail::NvmlLibrary* const library = []() -> const detail::NvmlLibrary* {
+    auto* candidate = new detail::NvmlLibrary();  // intentionally never freed (see above)
+    return candidate->load() ? candidate : nullptr;
+  }();
+  return library;
+}
+
+}  // namespace
+
 GpuMonitor::GpuMonitor(int device_index, std::string jsonl_path, int interval_ms,
                        std::chrono::steady_clock::time_point t0)
     : jsonl_path_(std::move(jsonl_path)), interval_ms_(interval_ms), t0_(t0) {
@@ -169,8 +179,8 @@ GpuMonitor::GpuMonitor(int device_index, std::string jsonl_path, int interval_ms
     throw Error(
         fmt::format("gpu monitor: interval_ms must be in [10, 10000], got {}", interval_ms));
   }
-  auto nvml = std::make_unique<detail::NvmlLibrary>();
-  if (!nvml->load()) return;
+  const detail::NvmlLibrary* nvml = process_nvml();
+  if (nvml == nullptr) return;
   int nvml_index = nvml_index_for_cuda_device(device_index, std::getenv("CUDA_VISIBLE_DEVICES"));
   detail::nvmlDevice_t device = nullptr;
   detail::nvmlReturn_t rc =
@@ -185,7 +195,7 @@ GpuMonitor::GpuMonitor(int device_index, std::string jsonl_path, int interval_ms
   char name[detail::kNvmlNameBufferSize] = {};
   if (nvml->get_name(device, name, sizeof(name)) == detail::kNvmlSuccess) device_name_ = name;
   device_ = device;
-  nvml_ = std::move(nvml);
+  nvml_ = nvml;
   log::debug("gpu monitor: sampling NVML device {} ({}) every {} ms into {}", nvml_index,
              device_name_, interval_ms_, jsonl_path_);
 }

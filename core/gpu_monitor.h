@@ -110,7 +110,7 @@ class GpuMonitor {
   std::string jsonl_path_;
   int interval_ms_;
   std::chrono::steady_clock::time_point t0_;
-  std::unique_ptr<detail::NvmlLibrary> nvml_;
+  const detail::NvmlLibrary* nvml_ = nullptr;  // process-wide, never unloaded
   void* device_ = nullptr;  // nvmlDevice_t; null when unavailable
   std::string device_name_;
 
