@@ -111,7 +111,7 @@ std::string cli_usage() {
   return R"(usage:
   trainer --config FILE [--set KEY=VALUE]... [--resume auto|PATH] [--print-config] [--dry-run]
   trainer report RUN_DIR [RUN_DIR_2] [--out DIR]
-  trainer --help | --version
+  trainer --help | --help-config | --version
 
 Trains the experiment described by a YAML file (see configs/ and the README's configuration reference).
 FILE may also name a config built into the binary: quickstart.
@@ -122,6 +122,7 @@ FILE may also name a config built into the binary: quickstart.
   --print-config       print the fully resolved config as YAML and exit
   --dry-run            build everything, print the plan (device, precision, model, batch, loader) and exit
   report               plots and a summary of finished runs (two runs are overlaid: baseline vs tuned)
+  --help-config        every configuration key with its type, default and meaning
 
 Exit status: 0 success, 2 usage or configuration error, 1 failure while running,
 128+N stopped by signal N after saving a checkpoint.
@@ -133,6 +134,10 @@ int run_cli(const std::vector<std::string>& args) {
     if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
       std::cout << cli_usage();
       return args.empty() ? 2 : 0;
+    }
+    if (args[0] == "--help-config") {
+      std::cout << config_reference();
+      return 0;
     }
     if (args[0] == "--version") {
       std::cout << fmt::format("brrr {} (libtorch {}, CUDA {})\n", BRRR_VERSION, BRRR_TORCH_VERSION,
