@@ -6,44 +6,15 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/json_lines.h"
 
 namespace brrr {
 namespace {
 
+// Escaping is core/json_lines' (the reader of these files); JSON Lines has one writer and one reader.
 void dump_string(std::string& out, const std::string& s) {
   out.push_back('"');
-  for (const char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\b':
-        out += "\\b";
-        break;
-      case '\f':
-        out += "\\f";
-        break;
-      default:
-        if (c < 0x20) {
-          fmt::format_to(std::back_inserter(out), "\\u{:04x}", c);
-        } else {
-          out.push_back(ch);  // printable ASCII and UTF-8 bytes are valid inside JSON strings
-        }
-    }
-  }
+  out += json_escape(s);
   out.push_back('"');
 }
 
