@@ -269,9 +269,8 @@ std::string Trainer::plan() {
   s += fmt::format("run         {} -> {}\n", config_.run.name, run_dir_);
   s += fmt::format("device      {} ({})\n", device_.str(), device_name(device_));
   s += fmt::format("precision   {}\n", t.precision);
-  s += fmt::format("model       {} ({}): {:.2f}M parameters, {:.3g} GFLOPs/example (fwd+bwd)\n",
-                   config_.model.name, model_->describe(), count_parameters(*model_) / 1e6,
-                   model_->flops_per_example() / 1e9);
+  s += fmt::format("model       {}{}\n", model_->describe(),
+                   channels_last_ ? " [channels-last]" : "");
   s += fmt::format("data        {}\n", train_set_->describe());
   if (val_set_) s += fmt::format("val         {}\n", val_set_->describe());
   s += fmt::format("batch       {} x {} accumulation = {} examples/step; {} batches/epoch\n",
