@@ -119,7 +119,8 @@ void Trainer::setup() {
   if (is_setup_) return;
   device_ = resolve_device(config_.run.device);
   if (config_.run.num_threads > 0) at::set_num_threads(static_cast<int>(config_.run.num_threads));
-  const Precision precision = parse_precision(config_.train.precision);
+  precision_ = parse_precision(config_.train.precision);
+  const Precision precision = precision_;
   if (device_.is_cuda()) {
     set_tf32(precision != Precision::kFP32);
     // Input shapes are fixed per run (fixed-size batch slots), so cuDNN's autotuner pays off.
@@ -201,7 +202,7 @@ void Trainer::probe_step(int64_t batch_size) {
   batch = prepare_batch(std::move(batch));
   StepOutput out;
   {
-    AutocastGuard autocast(parse_precision(config_.train.precision), device_);
+    AutocastGuard autocast(precision_, device_);
     out = training_step(batch);
   }
   scaler_->scale(out.loss).backward();

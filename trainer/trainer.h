@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "core/precision.h"
 #include "data/dataset.h"
 #include "trainer/callbacks.h"
 
@@ -139,6 +140,7 @@ class Trainer {
   std::vector<at::Tensor> params_;  // trainable parameters, in model order
   std::shared_ptr<ImageNormalizer> normalizer_;  // device-resident mean/std of data.mean/std
   bool channels_last_ = false;  // NHWC weights and images (conv models on CUDA)
+  Precision precision_ = Precision::kFP32;  // train.precision, parsed once in setup()
 
   DatasetPtr train_set_, val_set_;
   std::unique_ptr<DataLoader> train_loader_;

@@ -157,7 +157,6 @@ std::optional<Batch> Trainer::next_train_batch(double* wait_seconds) {
 
 void Trainer::train_one_step(LogWindow& window) {
   const int64_t accum = config_.train.grad_accum_steps;
-  const Precision precision = parse_precision(config_.train.precision);
   timer_->step_begin();
   for (int64_t micro = 0; micro < accum; ++micro) {
     double wait = 0;
@@ -168,7 +167,7 @@ void Trainer::train_one_step(LogWindow& window) {
     timer_->mark(StepTimer::Mark::kForwardBegin);
     StepOutput out;
     {
-      AutocastGuard autocast(precision, device_);
+      AutocastGuard autocast(precision_, device_);
       out = training_step(batch);
     }
     timer_->mark(StepTimer::Mark::kForwardEnd);

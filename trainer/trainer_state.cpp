@@ -53,7 +53,6 @@ Metrics Trainer::evaluate() {
   for (auto& cb : callbacks_) cb->on_eval_begin(*this);
   const bool was_training = model_->is_training();
   model_->eval();
-  const Precision precision = parse_precision(config_.train.precision);
   const auto opts = at::TensorOptions().device(device_).dtype(at::kDouble);
   at::Tensor loss_sum = at::zeros({}, opts);
   std::map<std::string, at::Tensor> sums;
@@ -67,7 +66,7 @@ Metrics Trainer::evaluate() {
       const Batch batch = prepare_batch(std::move(*host_batch));
       StepOutput out;
       {
-        AutocastGuard autocast(precision, device_);
+        AutocastGuard autocast(precision_, device_);
         out = validation_step(batch);
       }
       loss_sum.add_(out.loss.detach().to(at::kDouble), static_cast<double>(out.examples));
