@@ -131,6 +131,10 @@ Optimizer::GroupGrads Optimizer::collect(size_t group) const {
   return out;
 }
 
+std::optional<at::Tensor> Optimizer::optional_tensor(const at::Tensor* t) {
+  return t != nullptr ? std::optional<at::Tensor>(*t) : std::nullopt;
+}
+
 bool Optimizer::host_found_inf(const at::Tensor* found_inf) {
   // The one host read of the foreach path (a device sync on CUDA); the fused path never reads it.
   return found_inf != nullptr && found_inf->item<float>() != 0.0f;

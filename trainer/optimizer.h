@@ -22,6 +22,7 @@
 #include <c10/core/Device.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -101,6 +102,8 @@ class Optimizer {
   GroupGrads collect(size_t group) const;
   /// Foreach path: the single host read of found_inf (true = skip this step).
   static bool host_found_inf(const at::Tensor* found_inf);
+  /// The fused kernels' optional grad_scale/found_inf arguments from step()'s pointers.
+  static std::optional<at::Tensor> optional_tensor(const at::Tensor* t);
   /// Device of the `step` state tensors (CPU for the foreach path).
   c10::Device step_device() const;
   std::string param_name(size_t index) const;

@@ -3,14 +3,6 @@
 #include "core/error.h"
 
 namespace brrr {
-namespace {
-
-std::optional<at::Tensor> optional_tensor(const at::Tensor* t) {
-  return t != nullptr ? std::optional<at::Tensor>(*t) : std::nullopt;
-}
-
-}  // namespace
-
 Sgd::Sgd(std::vector<ParamGroup> groups, std::vector<std::string> names, double lr,
          SgdOptions options, bool fused, c10::Device device)
     : Optimizer(std::move(groups), std::move(names), lr, fused, device), options_(options) {
