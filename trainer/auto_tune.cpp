@@ -17,26 +17,32 @@ WorkerChoice choose_num_workers(double step_seconds, int64_t max_workers,
   std::vector<int64_t> candidates = {0};
   for (int64_t n = 1; n <= max_workers; n *= 2) candidates.push_back(n);
   if (candidates.back() != max_workers && max_workers > 0) candidates.push_back(max_workers);
-  const WorkerTrial* best = nullptr;
+  size_t best_index = 0;  // an index: trials grows, so a pointer into it would dangle
   for (int64_t n : candidates) {
     choice.trials.push_back({n, measure(n)});
     const WorkerTrial& t = choice.trials.back();
-    if (best == nullptr || t.batches_per_s > best->batches_per_s) best = &choice.trials.back();
+    if (t.batches_per_s > choice.trials[best_index].batches_per_s)
+      best_index = choice.trials.size() - 1;
     if (t.batches_per_s >= needed) {
       choice.num_workers = n;
-      choice.reason = fmt::format("{} worker(s) load {:.1f} batches/s >= {:.1f} needed by a {:.1f} ms step "
-                                  "(+10% headroom)", n, t.batches_per_s, needed, step_seconds * 1e3);
+      choice.reason = fmt::format(
+          "{} worker(s) load {:.1f} batches/s >= {:.1f} needed by a {:.1f} ms step "
+          "(+10% headroom)",
+          n, t.batches_per_s, needed, step_seconds * 1e3);
       return choice;
     }
   }
-  choice.num_workers = best->num_workers;
-  choice.reason = fmt::format("no count up to {} keeps up with a {:.1f} ms step ({:.1f} batches/s needed); "
-                              "{} worker(s) was fastest at {:.1f} batches/s: the run will be input-bound",
-                              max_workers, step_seconds * 1e3, needed, best->num_workers, best->batches_per_s);
+  const WorkerTrial& best = choice.trials[best_index];
+  choice.num_workers = best.num_workers;
+  choice.reason = fmt::format(
+      "no count up to {} keeps up with a {:.1f} ms step ({:.1f} batches/s needed); "
+      "{} worker(s) was fastest at {:.1f} batches/s: the run will be input-bound",
+      max_workers, step_seconds * 1e3, needed, best.num_workers, best.batches_per_s);
   return choice;
 }
 
-double measure_loader(const DatasetPtr& dataset, const DataLoaderOptions& options, int64_t batches) {
+double measure_loader(const DatasetPtr& dataset, const DataLoaderOptions& options,
+                      int64_t batches) {
   DataLoader loader(dataset, options);
   loader.start_epoch(0, 0);
   const int64_t warmup = std::max<int64_t>(1, options.num_workers());
@@ -71,7 +77,8 @@ BatchChoice find_max_batch_size(const std::function<void(int64_t)>& try_step, in
     good = b;
   }
   if (good == 0) {
-    if (bad == 8 || !fits(8)) throw Error("data.batch_size: auto: even a batch of 8 does not fit in device memory");
+    if (bad == 8 || !fits(8))
+      throw Error("data.batch_size: auto: even a batch of 8 does not fit in device memory");
     good = 8;
   }
   if (bad == 0) {
