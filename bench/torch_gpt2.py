@@ -123,6 +123,19 @@ def measured_matmul_tflops(device, n=8192, iters=20):
     return 2 * n ** 3 * iters / (time.perf_counter() - t0) / 1e12
 
 
+def trace_kernels(args, step, sync, tag):
+    """Records --profile-steps steps with the Kineto profiler into PROFILE_DIR/<tag>.json."""
+    from torch.profiler import ProfilerActivity, profile
+    args.profile.mkdir(parents=True, exist_ok=True)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(args.profile_steps):
+            step()
+        sync()
+    path = args.profile / f"{tag}.json"
+    prof.export_chrome_trace(str(path))
+    print(f"# trace of {args.profile_steps} steps: {path}", file=sys.stderr)
+
+
 def bench(args, tokens, mode, accum, device):
     torch.manual_seed(1234)
     model = GPT(args.n_layer, args.n_head, args.n_embd, args.block, args.vocab).to(device)
@@ -151,6 +164,8 @@ def bench(args, tokens, mode, accum, device):
         step()
     sync()
     warm_s = time.perf_counter() - t_compile
+    if args.profile:
+        trace_kernels(args, step, sync, f"{mode}_accum{accum}")
     t0 = time.perf_counter()
     for _ in range(args.steps):
         loss = step()
@@ -183,6 +198,9 @@ def main(argv=None):
     ap.add_argument("--warmup", type=int, default=5, help="untimed steps (compilation included)")
     ap.add_argument("--matmul-peak", action="store_true", help="measure the bf16 matmul peak")
     ap.add_argument("--peak-tflops", type=float, default=H200_BF16_DENSE_TFLOPS)
+    ap.add_argument("--profile", type=pathlib.Path, metavar="DIR",
+                    help="also write a Kineto trace of --profile-steps steps per run into DIR")
+    ap.add_argument("--profile-steps", type=int, default=3)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--csv", type=pathlib.Path)
     args = ap.parse_args(argv)

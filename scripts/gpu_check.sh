@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The one script run on the GPU machine: build, GPU tests, data, benchmarks, blog ladder.
 #
-#   scripts/gpu_check.sh [build] [tests] [data] [loader] [resnet] [gpt] [blog]    (none: all, in order)
+#   scripts/gpu_check.sh [build] [tests] [data] [loader] [resnet] [gpt] [gptprof] [blog]
+#                                                             (none: all but gptprof, in order)
 #
 # Each stage runs under its own time limit (seconds, env STAGE_BUDGET_<NAME>), and the whole call
 # keeps within BUDGET_S (default 560 s, under the 10-minute limit of one call): a stage that no
@@ -166,6 +167,27 @@ stage_gpt() {
   return $rc
 }
 
+# Kernel-level comparison of one GPT-2 step: Kineto traces of brrr and of PyTorch eager, summed
+# by kernel name (bench/trace_kernels.py).
+stage_gptprof() {
+  [[ -s data_cache/fortunes_train.bin ]] || run scripts/prepare_data.sh tokens || return 1
+  local d=$RES/gptprof rc=0
+  mkdir -p "$d"
+  rm -rf runs/gpu_check/gpt2_prof
+  run "$BUILD_DIR/trainer" --config configs/gpt2-124m.yaml --set run.name=gpt2_prof \
+    --set run.output_dir=runs/gpu_check --set train.grad_accum_steps=1 --set train.max_steps=40 \
+    --set train.log_every=20 --set train.eval_every=0 --set train.eval_steps=1 \
+    --set train.profile.start_step=25 --set train.profile.steps=3 || rc=1
+  cp runs/gpu_check/gpt2_prof/trace.json "$d/brrr.json" 2>/dev/null
+  keep_run runs/gpu_check/gpt2_prof "$d/runs/gpt2_prof"
+  run python3 bench/torch_gpt2.py --tokens data_cache/fortunes_train.bin --modes eager \
+    --accum 1 --steps 10 --warmup 5 --profile "$d" --profile-steps 3 || rc=1
+  run python3 bench/trace_kernels.py --steps 3 torch="$d/eager_accum1.json" brrr="$d/brrr.json" \
+    --top 60 | tee "$d/kernels.md" || rc=1
+  gzip -f "$d"/*.json
+  return $rc
+}
+
 stage_blog() {
   need_data || return 1
   local rc=0 r
@@ -181,15 +203,16 @@ stage_blog() {
 declare -A BUDGET=([build]=${STAGE_BUDGET_BUILD:-480} [tests]=${STAGE_BUDGET_TESTS:-240}
                    [data]=${STAGE_BUDGET_DATA:-120} [loader]=${STAGE_BUDGET_LOADER:-200}
                    [resnet]=${STAGE_BUDGET_RESNET:-240} [gpt]=${STAGE_BUDGET_GPT:-420}
+                   [gptprof]=${STAGE_BUDGET_GPTPROF:-180}
                    [blog]=${STAGE_BUDGET_BLOG:-420})
 stages=("$@")
 (( ${#stages[@]} > 0 )) || stages=(build tests data loader resnet gpt blog)
 for s in "${stages[@]}"; do
-  [[ -n "${BUDGET[$s]:-}" ]] || { echo "gpu_check: unknown stage '$s' (build tests data loader resnet gpt blog)" >&2; exit 2; }
+  [[ -n "${BUDGET[$s]:-}" ]] || { echo "gpu_check: unknown stage '$s' (build tests data loader resnet gpt gptprof blog)" >&2; exit 2; }
 done
 
 export -f run keep_run need_data stage_build stage_tests stage_data stage_loader stage_resnet \
-  stage_gpt stage_blog
+  stage_gpt stage_gptprof stage_blog
 export RES LOG ROOT
 status=0
 for STAGE in "${stages[@]}"; do
