@@ -2,7 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <ATen/record_function.h>
+
+#include <algorithm>
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "models/state_dict.h"
 #include "tests/models/golden_test_util.h"
@@ -91,6 +96,35 @@ TEST(GptTest, LossAtInitialisationIsNearLogVocab) {
       at::cross_entropy_loss(logits.reshape({-1, 256}), tokens.narrow(1, 1, 32).reshape({-1}))
           .item<double>();
   EXPECT_NEAR(loss, std::log(256.0), 0.1);
+}
+
+// The names of the ATen operators the calling thread runs while `fn` runs.
+template <typename Fn>
+std::vector<std::string> ops_run_by(Fn&& fn) {
+  static thread_local std::vector<std::string>* sink = nullptr;
+  std::vector<std::string> names;
+  sink = &names;
+  const at::CallbackHandle handle = at::addThreadLocalCallback(
+      at::RecordFunctionCallback([](const at::RecordFunction& f) -> std::unique_ptr<at::ObserverContext> {
+        if (sink != nullptr) sink->emplace_back(f.name());
+        return nullptr;
+      }).scopes({at::RecordScope::FUNCTION}));
+  fn();
+  at::removeCallback(handle);
+  sink = nullptr;
+  return names;
+}
+
+TEST(GptTest, LinearsAreOneGemmWithTheBiasFused) {
+  // A (B, T, C) input must reach addmm (bias in the GEMM), not matmul + a separate add: that add
+  // was 52 extra kernels per GPT-2 step on the GPU.
+  Gpt model(gpt_options(1, 2, 16, 8, 32));
+  const at::Tensor tokens = at::randint(32, {2, 8}, at::kLong);
+  const auto names = ops_run_by([&] { model.forward(tokens); });
+  auto count = [&](const std::string& op) { return std::count(names.begin(), names.end(), op); };
+  EXPECT_EQ(count("aten::matmul"), 1) << "only the untied-bias-free head may use matmul";
+  EXPECT_EQ(count("aten::add_"), 0);
+  EXPECT_EQ(count("aten::addmm"), 4) << "c_attn, attn.c_proj, c_fc, mlp.c_proj";
 }
 
 TEST(GptTest, AttentionIsCausal) {
