@@ -41,7 +41,7 @@ struct CropRect {
 /// covering `rect` (source pixels) plus a margin. Source pixel centre v maps to scaled coordinate
 /// (v + 0.5) * scale - 0.5. resize_jpeg_region (data/transforms.h) turns it into the crop.
 struct JpegRegion {
-  /// (C, h, w) uint8.
+  /// (C, h, w) uint8, a view of the decoder's (h, w, C) buffer (not contiguous).
   at::Tensor image;
   /// The requested rectangle, in source pixels.
   CropRect rect;

@@ -58,28 +58,71 @@ void check_image(const at::Tensor& image, const char* what) {
   }
 }
 
-// (C, H, W) uint8 -> (C, out_h, out_w) uint8 from precomputed sampling positions.
-at::Tensor resample(const at::Tensor& image, const Axis& ay, const Axis& ax) {
-  const at::Tensor src = image.contiguous();
-  const int64_t channels = src.size(0), in_h = src.size(1), in_w = src.size(2);
+// (C, H, W) uint8 -> contiguous (C, out_h, out_w) from precomputed sampling positions. The input
+// may be planar (rows contiguous) or a permuted (H, W, C) decoder buffer, read in place. Separable,
+// vertical first: per output row, the two source rows are blended over the columns the output
+// reads (contiguous, vectorised), then each output pixel blends two entries of that row. Per output
+// pixel that is the 2 gathers of one horizontal pass instead of the 4 of a direct blend.
+at::Tensor resample(const at::Tensor& input, const Axis& ay, const Axis& ax) {
+  const int64_t channels = input.size(0);
+  const bool interleaved = input.stride(0) == 1 && input.stride(2) == channels;
+  const at::Tensor image = interleaved || input.stride(2) == 1 ? input : input.contiguous();
+  const int64_t stride_c = image.stride(0), stride_y = image.stride(1);
   const auto out_h = static_cast<int64_t>(ay.i0.size());
   const auto out_w = static_cast<int64_t>(ax.i0.size());
   at::Tensor out = at::empty({channels, out_h, out_w}, at::kByte);
-  const uint8_t* in = src.data_ptr<uint8_t>();
+  const uint8_t* in = image.data_ptr<uint8_t>();
   uint8_t* dst = out.data_ptr<uint8_t>();
-  for (int64_t c = 0; c < channels; ++c) {
-    const uint8_t* plane = in + c * in_h * in_w;
-    for (int64_t y = 0; y < out_h; ++y) {
-      const uint8_t* r0 = plane + ay.i0[y] * in_w;
-      const uint8_t* r1 = plane + ay.i1[y] * in_w;
-      const float wy = ay.w1[y];
-      for (int64_t x = 0; x < out_w; ++x) {
-        const float wx = ax.w1[x];
-        const float top = r0[ax.i0[x]] * (1.0f - wx) + r0[ax.i1[x]] * wx;
-        const float bottom = r1[ax.i0[x]] * (1.0f - wx) + r1[ax.i1[x]] * wx;
-        const float v = top * (1.0f - wy) + bottom * wy;
-        *dst++ = static_cast<uint8_t>(std::min(255L, std::max(0L, std::lrint(v))));
+
+  // Source columns [lo, hi] (sampling positions never decrease along an axis).
+  const int64_t lo = ax.i0.front(), span = ax.i1.back() - lo + 1;
+  // Where column i, channel c of the blended row lives: (i - lo) * step + c * channel_step.
+  const int64_t step = interleaved ? channels : 1;
+  const int64_t channel_step = interleaved ? 1 : span;
+  std::vector<int32_t> x0(out_w), x1(out_w);
+  std::vector<float> wx0(out_w), wx1(out_w);
+  for (int64_t x = 0; x < out_w; ++x) {
+    x0[x] = static_cast<int32_t>((ax.i0[x] - lo) * step);
+    x1[x] = static_cast<int32_t>((ax.i1[x] - lo) * step);
+    wx0[x] = 1.0f - ax.w1[x];
+    wx1[x] = ax.w1[x];
+  }
+  std::vector<float> blended(static_cast<size_t>(channels * span));
+  const int64_t plane = out_h * out_w;
+  for (int64_t y = 0; y < out_h; ++y) {
+    const float wy = ay.w1[y];
+    const uint8_t* r0 = in + ay.i0[y] * stride_y + lo * step;
+    const uint8_t* r1 = in + ay.i1[y] * stride_y + lo * step;
+    const int64_t runs = interleaved ? 1 : channels;
+    const int64_t run = interleaved ? span * channels : span;
+    for (int64_t k = 0; k < runs; ++k) {
+      const uint8_t* a = r0 + k * stride_c;
+      const uint8_t* b = r1 + k * stride_c;
+      float* v = blended.data() + k * run;
+      for (int64_t i = 0; i < run; ++i) {
+        v[i] = static_cast<float>(a[i]) * (1.0f - wy) + static_cast<float>(b[i]) * wy;
       }
+    }
+    // In [0, 255] (a convex combination), so +0.5 and truncation rounds to nearest.
+    auto blend = [](const float* v, int32_t a, int32_t b, float wa, float wb) {
+      return static_cast<uint8_t>(static_cast<int32_t>(v[a] * wa + v[b] * wb + 0.5f));
+    };
+    if (interleaved && channels == 3) {  // RGB from the JPEG decoder: one pass for the 3 planes
+      uint8_t* d = dst + y * out_w;
+      const float* v = blended.data();
+      for (int64_t x = 0; x < out_w; ++x) {
+        const int32_t a = x0[x], b = x1[x];
+        const float wa = wx0[x], wb = wx1[x];
+        d[x] = blend(v, a, b, wa, wb);
+        d[plane + x] = blend(v, a + 1, b + 1, wa, wb);
+        d[2 * plane + x] = blend(v, a + 2, b + 2, wa, wb);
+      }
+      continue;
+    }
+    for (int64_t c = 0; c < channels; ++c) {
+      const float* v = blended.data() + c * channel_step;
+      uint8_t* d = dst + c * plane + y * out_w;
+      for (int64_t x = 0; x < out_w; ++x) d[x] = blend(v, x0[x], x1[x], wx0[x], wx1[x]);
     }
   }
   return out;
