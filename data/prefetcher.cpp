@@ -61,6 +61,7 @@ std::optional<Batch> Prefetcher::next() {
   }
   Staged current = std::move(*staged_);
   staged_.reset();
+  last_copy_events_ = {current.copy_begin, current.copied};
   c10::impl::VirtualGuardImpl impl(device_.type());
   const c10::Stream compute = impl.getStream(device_);
   current.copied->block(compute);  // the compute stream waits for the copy; the host does not
@@ -82,11 +83,15 @@ std::optional<Prefetcher::Staged> Prefetcher::stage(double* wait_seconds) {
   Staged s;
   s.host = std::move(*host);
   c10::StreamGuard guard(*copy_stream_);
+  // Timing-enabled events (BACKEND_DEFAULT), so the step timer can tell how much of the copy the
+  // compute stream had to wait for.
+  s.copy_begin = std::make_shared<c10::Event>(device_.type(), c10::EventFlag::BACKEND_DEFAULT);
+  s.copy_begin->record(*copy_stream_);
   for (const auto& [key, tensor] : s.host) {
     // (B, ...) host view of the slot -> (B, ...) on the device; a DMA when the slot is pinned.
     s.device[key] = tensor.to(device_, /*non_blocking=*/true);
   }
-  s.copied = std::make_unique<c10::Event>(device_.type());
+  s.copied = std::make_shared<c10::Event>(device_.type(), c10::EventFlag::BACKEND_DEFAULT);
   s.copied->record(*copy_stream_);
   return s;
 }

@@ -21,6 +21,7 @@
 #include <deque>
 #include <memory>
 #include <optional>
+#include <utility>
 
 #include "data/data_loader.h"
 
@@ -46,13 +47,19 @@ class Prefetcher {
   std::optional<Batch> next();
   /// Host seconds spent waiting for the loader in the last next().
   double last_wait_seconds() const { return last_wait_seconds_; }
+  /// Timing events on the copy stream around the copy of the batch the last next() returned
+  /// (begin, end); null on CPU. Shared so that a StepTimer can read them once they completed.
+  std::pair<std::shared_ptr<c10::Event>, std::shared_ptr<c10::Event>> last_copy_events() const {
+    return last_copy_events_;
+  }
   const c10::Device& device() const { return device_; }
 
  private:
   struct Staged {
     Batch host;                          // views of a (pinned) ring slot
     Batch device;                        // same keys, on device_, written by the copy stream
-    std::unique_ptr<c10::Event> copied;  // recorded on the copy stream after the copies
+    std::shared_ptr<c10::Event> copy_begin;  // timing events on the copy stream: before the copies
+    std::shared_ptr<c10::Event> copied;      // and after them
   };
 
   std::optional<Staged> stage(double* wait_seconds);
@@ -69,6 +76,7 @@ class Prefetcher {
   int64_t staged_consumed_ = -1;
   std::deque<Staged> retired_;  // handed out; host kept until `copied` completes
   double last_wait_seconds_ = 0.0;
+  std::pair<std::shared_ptr<c10::Event>, std::shared_ptr<c10::Event>> last_copy_events_;
 };
 
 }  // namespace brrr

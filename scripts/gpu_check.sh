@@ -97,7 +97,16 @@ stage_tests() {
   for suite in core data models trainer cli; do
     [[ -x "$BUILD_DIR/tests/${suite}_tests" ]] || { echo "no ${suite}_tests built"; rc=1; continue; }
     filter='*Gpu*:*GPU*:*Cuda*:*CUDA*:*Pinned*:*Prefetch*:*Device*:*Autocast*:*Fused*:*Nvml*:*Monitor*'
-    run "$BUILD_DIR/tests/${suite}_tests" --gtest_filter="$filter" --gtest_brief=1 || rc=1
+    if ! run "$BUILD_DIR/tests/${suite}_tests" --gtest_filter="$filter" --gtest_brief=1; then
+      rc=1
+      # Again, every test named, and under gdb when there is one: which test, and where it died.
+      if command -v gdb >/dev/null; then
+        run gdb -q -batch -ex run -ex bt -ex "info threads" --args \
+          "$BUILD_DIR/tests/${suite}_tests" --gtest_filter="$filter" 2>&1 | tail -120
+      else
+        run "$BUILD_DIR/tests/${suite}_tests" --gtest_filter="$filter" 2>&1 | tail -60
+      fi
+    fi
   done
   if [[ "${FULL_TESTS:-0}" == 1 ]]; then
     run ctest --test-dir "$BUILD_DIR" -j8 --output-on-failure --timeout 300 || rc=1

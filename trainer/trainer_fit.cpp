@@ -162,6 +162,7 @@ void Trainer::train_one_step(LogWindow& window) {
     double wait = 0;
     const Batch batch = *next_train_batch(&wait);
     timer_->add_data_wait(wait);
+    timer_->set_copy_events(prefetcher_->last_copy_events());
     window.data_wait_s += wait;
 
     timer_->mark(StepTimer::Mark::kForwardBegin);
@@ -240,6 +241,7 @@ void Trainer::log_step(LogWindow& window) {
   record["host_syncs_per_step"] = static_cast<double>(window_syncs_) / static_cast<double>(window.steps);
   if (scaler_->enabled()) record["loss_scale"] = scaler_->scale_value();
   for (const auto& [name, ms] : breakdown.as_map()) record["breakdown_ms/" + name] = ms;
+  if (breakdown.has_copies) record["copy_overlapped_ms"] = breakdown.copy_total_ms;
   if (device_.is_cuda()) record["mem_peak_mib"] = detail::cuda_peak_memory_mib(device_.index());
   write_record(record, "train");
   ProgressStats stats;

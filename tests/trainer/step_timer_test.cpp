@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
+#include <ATen/Context.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 
 #include <chrono>
 #include <filesystem>
@@ -56,6 +59,46 @@ TEST(StepTimerTest, PhasesSumToTheStepTimeOnCpu) {
   EXPECT_EQ(b.gpu_idle_ms, 0.0);      // no GPU timeline on the CPU
   // The window restarts: nothing left over.
   EXPECT_EQ(timer.collect().steps, 0);
+}
+
+// A 256 MiB host-to-device copy on a side stream that the compute stream has to wait for: the wait
+// is attributed to `copy`, not to `gpu_idle`, and the whole copy is reported as copy_total_ms.
+TEST(StepTimerTest, CudaCopyTheComputeStreamWaitsForIsCopyTime) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
+  const c10::Device device(c10::kCUDA, 0);
+  c10::impl::VirtualGuardImpl impl(c10::kCUDA);
+  const c10::Stream compute = impl.getStream(device);
+  const c10::Stream side = impl.getStreamFromGlobalPool(device, /*isHighPriority=*/false);
+  const at::Tensor host = at::ones({64 << 20}, at::TensorOptions().pinned_memory(true));
+  auto begin = std::make_shared<c10::Event>(c10::kCUDA, c10::EventFlag::BACKEND_DEFAULT);
+  auto end = std::make_shared<c10::Event>(c10::kCUDA, c10::EventFlag::BACKEND_DEFAULT);
+
+  StepTimer timer(device);
+  timer.step_begin();
+  timer.mark(StepTimer::Mark::kOptimizerEnd);  // the previous step's end: the gap starts here
+  at::Tensor on_device;
+  {
+    c10::StreamGuard guard(side);
+    begin->record(side);
+    on_device = host.to(device, /*non_blocking=*/true);
+    end->record(side);
+  }
+  end->block(compute);
+  timer.set_copy_events({begin, end});
+  timer.mark(StepTimer::Mark::kForwardBegin);
+  const at::Tensor sum = on_device.sum();
+  timer.mark(StepTimer::Mark::kForwardEnd);
+  timer.mark(StepTimer::Mark::kBackwardEnd);
+  timer.mark(StepTimer::Mark::kOptimizerEnd);
+  timer.step_end();
+  const StepBreakdown b = timer.collect();
+  EXPECT_EQ(sum.item<float>(), static_cast<float>(64 << 20));
+  ASSERT_TRUE(b.has_copies);
+  EXPECT_GT(b.copy_total_ms, 1.0);  // 256 MiB at < 100 GB/s
+  EXPECT_LE(b.copy_ms, b.copy_total_ms + 1e-3);
+  EXPECT_GT(b.copy_ms, 0.8 * b.copy_total_ms);
+  EXPECT_LT(b.gpu_idle_ms, b.copy_ms);
+  EXPECT_EQ(b.as_map().count("copy"), 1u);
 }
 
 TEST(TraceRecorderTest, WritesAChromeTraceOfTheRecordedOps) {
