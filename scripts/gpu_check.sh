@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The one script run on the GPU machine: build, GPU tests, data, benchmarks, blog ladder.
 #
-#   scripts/gpu_check.sh [build] [tests] [data] [loader] [resnet] [gpt] [gptprof] [blog]
-#                                                             (none: all but gptprof, in order)
+#   scripts/gpu_check.sh [build] [tests] [data] [loader] [resnet] [gpt] [gptprof] [autotune] [blog]
+#                                                     (none: all but gptprof and autotune, in order)
 #
 # Each stage runs under its own time limit (seconds, env STAGE_BUDGET_<NAME>), and the whole call
 # keeps within BUDGET_S (default 560 s, under the 10-minute limit of one call): a stage that no
@@ -197,6 +197,29 @@ stage_gptprof() {
   return $rc
 }
 
+# data.num_workers: auto and data.batch_size: auto on the GPU: what each chose and why.
+stage_autotune() {
+  need_data || return 1
+  local d=$RES/autotune rc=0 name
+  mkdir -p "$d"
+  run "$BUILD_DIR/trainer" --config configs/blog/05_large_batch.yaml --set run.name=auto_workers \
+    --set run.output_dir=runs/gpu_check --set data.num_workers=auto --set train.max_steps=60 \
+    2>&1 | tee "$d/auto_workers.log" || rc=1
+  run "$BUILD_DIR/trainer" --config configs/blog/04_bf16.yaml --set run.name=auto_batch_resnet \
+    --set run.output_dir=runs/gpu_check --set data.batch_size=auto --set data.num_workers=16 \
+    --set train.max_steps=20 2>&1 | tee "$d/auto_batch_resnet.log" || rc=1
+  run "$BUILD_DIR/trainer" --config configs/gpt2-124m.yaml --set run.name=auto_batch_gpt \
+    --set run.output_dir=runs/gpu_check --set data.batch_size=auto --set train.grad_accum_steps=1 \
+    --set train.max_steps=20 --set train.eval_every=0 --set train.eval_steps=1 \
+    2>&1 | tee "$d/auto_batch_gpt.log" || rc=1
+  for name in auto_workers auto_batch_resnet auto_batch_gpt; do
+    keep_run "runs/gpu_check/$name" "$d/runs/$name"
+  done
+  grep -h "auto ->" "$d"/*.log > "$d/choices.txt"
+  cat "$d/choices.txt"
+  return $rc
+}
+
 stage_blog() {
   need_data || return 1
   local rc=0 r
@@ -212,16 +235,16 @@ stage_blog() {
 declare -A BUDGET=([build]=${STAGE_BUDGET_BUILD:-480} [tests]=${STAGE_BUDGET_TESTS:-240}
                    [data]=${STAGE_BUDGET_DATA:-120} [loader]=${STAGE_BUDGET_LOADER:-200}
                    [resnet]=${STAGE_BUDGET_RESNET:-240} [gpt]=${STAGE_BUDGET_GPT:-420}
-                   [gptprof]=${STAGE_BUDGET_GPTPROF:-180}
+                   [gptprof]=${STAGE_BUDGET_GPTPROF:-180} [autotune]=${STAGE_BUDGET_AUTOTUNE:-240}
                    [blog]=${STAGE_BUDGET_BLOG:-420})
 stages=("$@")
 (( ${#stages[@]} > 0 )) || stages=(build tests data loader resnet gpt blog)
 for s in "${stages[@]}"; do
-  [[ -n "${BUDGET[$s]:-}" ]] || { echo "gpu_check: unknown stage '$s' (build tests data loader resnet gpt gptprof blog)" >&2; exit 2; }
+  [[ -n "${BUDGET[$s]:-}" ]] || { echo "gpu_check: unknown stage '$s' (build tests data loader resnet gpt gptprof autotune blog)" >&2; exit 2; }
 done
 
 export -f run keep_run need_data stage_build stage_tests stage_data stage_loader stage_resnet \
-  stage_gpt stage_gptprof stage_blog
+  stage_gpt stage_gptprof stage_autotune stage_blog
 export RES LOG ROOT
 status=0
 for STAGE in "${stages[@]}"; do
