@@ -103,8 +103,13 @@ stage_tests() {
       if command -v gdb >/dev/null; then
         run gdb -q -batch -ex run -ex bt -ex "info threads" --args \
           "$BUILD_DIR/tests/${suite}_tests" --gtest_filter="$filter" 2>&1 | tail -120
-      else
-        run "$BUILD_DIR/tests/${suite}_tests" --gtest_filter="$filter" 2>&1 | tail -60
+      else  # tests/crash_backtrace.cpp prints the test and the stack; name the frames
+        run "$BUILD_DIR/tests/${suite}_tests" --gtest_filter="$filter" > "$LOG/${suite}_crash.txt" 2>&1
+        tail -60 "$LOG/${suite}_crash.txt"
+        if command -v addr2line >/dev/null; then
+          grep -o "${suite}_tests(+0x[0-9a-f]*)" "$LOG/${suite}_crash.txt" | grep -o "0x[0-9a-f]*" |
+            xargs -r addr2line -Cfipe "$BUILD_DIR/tests/${suite}_tests"
+        fi
       fi
     fi
   done
