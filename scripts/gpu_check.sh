@@ -19,7 +19,7 @@
 #
 # Environment: BRRR_COMMIT (recorded when .git is absent), FULL_TESTS=1 (also the whole ctest
 # suite), RESNET_COMPILE=1 (also torch.compile in the ResNet comparison), GPT_COMPILE=0 (skip the
-# torch.compile GPT runs), LOADER_WORKERS (default 0,1,2,4,8,16), BUILD_DIR (default build-gpu).
+# torch.compile GPT runs), GPT_HF=0 (skip the Hugging Face Trainer run), GPT_TORCH_STEPS (60), LOADER_WORKERS (default 0,1,2,4,8,16), BUILD_DIR (default build-gpu).
 set -uo pipefail
 
 cd "$(dirname "$0")/.."
@@ -105,11 +105,8 @@ stage_tests() {
           "$BUILD_DIR/tests/${suite}_tests" --gtest_filter="$filter" 2>&1 | tail -120
       else  # tests/crash_backtrace.cpp prints the test and the stack; name the frames
         run "$BUILD_DIR/tests/${suite}_tests" --gtest_filter="$filter" > "$LOG/${suite}_crash.txt" 2>&1
-        tail -60 "$LOG/${suite}_crash.txt"
-        if command -v addr2line >/dev/null; then
-          grep -o "${suite}_tests(+0x[0-9a-f]*)" "$LOG/${suite}_crash.txt" | grep -o "0x[0-9a-f]*" |
-            xargs -r addr2line -Cfipe "$BUILD_DIR/tests/${suite}_tests"
-        fi
+        sed -n '/fatal signal/,/^maps:/p' "$LOG/${suite}_crash.txt" | head -60
+        python3 scripts/symbolize_crash.py "$LOG/${suite}_crash.txt" | tee "$LOG/${suite}_crash_symbols.txt"
       fi
     fi
   done
@@ -174,10 +171,14 @@ stage_gpt() {
   done
   local modes=eager,compile
   [[ "${GPT_COMPILE:-1}" == 0 ]] && modes=eager
+  # 60 timed steps (about 2 s at accumulation 1): a 15-step window moved by 10 % between calls.
   run python3 bench/torch_gpt2.py --tokens data_cache/fortunes_train.bin --modes "$modes" \
-    --accum 1,4 --steps 15 --warmup 5 --matmul-peak --csv "$d/torch_gpt2.csv" || rc=1
-  run python3 bench/hf_gpt2.py --tokens data_cache/fortunes_train.bin --max-steps 30 \
-    --warmup 10 --csv "$d/hf_gpt2.csv" || rc=1
+    --accum 1,4 --steps "${GPT_TORCH_STEPS:-60}" --warmup 10 --matmul-peak \
+    --csv "$d/torch_gpt2.csv" || rc=1
+  if [[ "${GPT_HF:-1}" == 1 ]]; then
+    run python3 bench/hf_gpt2.py --tokens data_cache/fortunes_train.bin --max-steps 30 \
+      --warmup 10 --csv "$d/hf_gpt2.csv" || rc=1
+  fi
   return $rc
 }
 

@@ -1,12 +1,18 @@
-// Linked into every test executable: a fatal signal prints the test that was running and a stack
-// trace to stderr before the process dies, so a crash on a machine without a debugger (the GPU
-// machine has no gdb) still says where it happened.
+// Linked into every test executable: a fatal signal prints the test that was running, the faulting
+// instruction and fault address, a stack trace, the words at the top of the stack (after a jump
+// through a bad pointer the unwinder stops at once, but the caller's return address is usually
+// there) and the executable mappings, so a crash on a machine without a debugger still says where
+// it happened. scripts/gpu_check.sh turns the addresses into function names with addr2line.
 #include <gtest/gtest.h>
 
 #include <execinfo.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <ucontext.h>
 #include <unistd.h>
 
+#include <cinttypes>
+#include <cstdio>
 #include <cstring>
 
 namespace {
@@ -15,7 +21,13 @@ void write_err(const char* s) {
   if (s != nullptr) (void)!write(STDERR_FILENO, s, std::strlen(s));
 }
 
-void on_fatal_signal(int sig) {
+void write_hex(const char* label, uintptr_t value) {
+  char line[64];
+  std::snprintf(line, sizeof(line), "%s0x%" PRIxPTR "\n", label, value);
+  write_err(line);
+}
+
+void on_fatal_signal(int sig, siginfo_t* info, void* context) {
   write_err("\n*** fatal signal ");
   write_err(strsignal(sig));
   const testing::TestInfo* test = testing::UnitTest::GetInstance()->current_test_info();
@@ -25,15 +37,38 @@ void on_fatal_signal(int sig) {
     write_err(".");
     write_err(test->name());
   }
-  write_err("; stack:\n");
+  write_err("\n");
+  write_hex("fault address: ", reinterpret_cast<uintptr_t>(info->si_addr));
+#if defined(__x86_64__)
+  const auto* uc = static_cast<const ucontext_t*>(context);
+  write_hex("pc: ", static_cast<uintptr_t>(uc->uc_mcontext.gregs[REG_RIP]));
+  const auto* sp = reinterpret_cast<const uintptr_t*>(uc->uc_mcontext.gregs[REG_RSP]);
+  write_err("top of stack:\n");
+  for (int i = 0; i < 24; ++i) write_hex("  ", sp[i]);
+#else
+  (void)context;
+#endif
+  write_err("stack:\n");
   void* frames[64];
   backtrace_symbols_fd(frames, backtrace(frames, 64), STDERR_FILENO);
+  write_err("maps:\n");
+  const int fd = open("/proc/self/maps", O_RDONLY);
+  if (fd >= 0) {
+    char buf[4096];
+    ssize_t n = 0;
+    while ((n = read(fd, buf, sizeof(buf))) > 0) (void)!write(STDERR_FILENO, buf, static_cast<size_t>(n));
+    close(fd);
+  }
   signal(sig, SIG_DFL);  // die of the same signal (exit status and core as without the handler)
   raise(sig);
 }
 
 const bool installed = [] {
-  for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) signal(sig, on_fatal_signal);
+  struct sigaction action {};
+  action.sa_sigaction = on_fatal_signal;
+  action.sa_flags = SA_SIGINFO;
+  sigemptyset(&action.sa_mask);
+  for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) sigaction(sig, &action, nullptr);
   return true;
 }();
 
