@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The one script run on the GPU machine: build, GPU tests, data, benchmarks, blog ladder.
 #
-#   scripts/gpu_check.sh [build] [tests] [data] [loader] [resnet] [gpt] [gptprof] [autotune] [blog]
-#                                                     (none: all but gptprof and autotune, in order)
+#   scripts/gpu_check.sh [build] [tests] [data] [loader] [resnet] [gpt] [gptprof] [autotune]
+#                        [resnet64] [blog]       (none: all but gptprof, autotune, resnet64, in order)
 #
 # Each stage runs under its own time limit (seconds, env STAGE_BUDGET_<NAME>), and the whole call
 # keeps within BUDGET_S (default 560 s, under the 10-minute limit of one call): a stage that no
@@ -203,6 +203,41 @@ stage_gptprof() {
   return $rc
 }
 
+# ResNet-50 bf16 NHWC at batch 64: the step ceiling and the trainer from JPEGs with 16 and 6 workers
+# (and auto) side by side, and a Kineto trace of the 16-worker run (GPU kernel time vs span of 3 steps).
+stage_resnet64() {
+  need_data || return 1
+  local d=$RES/resnet64 rc=0 w
+  mkdir -p "$d/runs"
+  run "$BUILD_DIR/bench/bench_resnet_step_bench" --batches 64 --steps 60 --warmup 10 \
+    --channels-last true --csv "$d/brrr_step.csv" || rc=1
+  for w in 16 6 auto; do
+    rm -rf "runs/gpu_check/r64_w$w"
+    run "$BUILD_DIR/trainer" --config configs/blog/05_large_batch.yaml --set run.name="r64_w$w" \
+      --set run.output_dir=runs/gpu_check --set data.batch_size=64 --set data.num_workers=$w \
+      --set train.max_steps=300 || rc=1
+    keep_run "runs/gpu_check/r64_w$w" "$d/runs/r64_w$w"
+  done
+  rm -rf runs/gpu_check/r64_prof
+  run "$BUILD_DIR/trainer" --config configs/blog/05_large_batch.yaml --set run.name=r64_prof \
+    --set run.output_dir=runs/gpu_check --set data.batch_size=64 --set train.max_steps=160 \
+    --set train.log_every=50 --set train.profile.start_step=140 --set train.profile.steps=3 || rc=1
+  cp runs/gpu_check/r64_prof/trace.json "$d/r64_prof.json" 2>/dev/null
+  run python3 bench/trace_kernels.py --steps 3 brrr="$d/r64_prof.json" --top 25 | tee "$d/kernels.md"
+  gzip -f "$d"/*.json
+  python3 - "$d" <<'PY'
+import json, pathlib, statistics, sys
+d = pathlib.Path(sys.argv[1])
+for run in sorted((d / "runs").iterdir()):
+    recs = [json.loads(l) for l in (run / "metrics.jsonl").open() if '"train"' in l][1:]
+    sps = [r["samples_per_s"] for r in recs]
+    print(f"{run.name}: median {statistics.median(sps):.0f} images/s over {len(sps)} windows, "
+          f"max {max(sps):.0f}, min {min(sps):.0f}")
+PY
+  cat "$d/brrr_step.csv"
+  return $rc
+}
+
 # data.num_workers: auto and data.batch_size: auto on the GPU: what each chose and why.
 stage_autotune() {
   need_data || return 1
@@ -242,15 +277,16 @@ declare -A BUDGET=([build]=${STAGE_BUDGET_BUILD:-480} [tests]=${STAGE_BUDGET_TES
                    [data]=${STAGE_BUDGET_DATA:-120} [loader]=${STAGE_BUDGET_LOADER:-200}
                    [resnet]=${STAGE_BUDGET_RESNET:-240} [gpt]=${STAGE_BUDGET_GPT:-420}
                    [gptprof]=${STAGE_BUDGET_GPTPROF:-180} [autotune]=${STAGE_BUDGET_AUTOTUNE:-240}
+                   [resnet64]=${STAGE_BUDGET_RESNET64:-200}
                    [blog]=${STAGE_BUDGET_BLOG:-420})
 stages=("$@")
 (( ${#stages[@]} > 0 )) || stages=(build tests data loader resnet gpt blog)
 for s in "${stages[@]}"; do
-  [[ -n "${BUDGET[$s]:-}" ]] || { echo "gpu_check: unknown stage '$s' (build tests data loader resnet gpt gptprof autotune blog)" >&2; exit 2; }
+  [[ -n "${BUDGET[$s]:-}" ]] || { echo "gpu_check: unknown stage '$s' (build tests data loader resnet gpt gptprof autotune resnet64 blog)" >&2; exit 2; }
 done
 
 export -f run keep_run need_data stage_build stage_tests stage_data stage_loader stage_resnet \
-  stage_gpt stage_gptprof stage_autotune stage_blog
+  stage_gpt stage_gptprof stage_autotune stage_resnet64 stage_blog
 export RES LOG ROOT
 status=0
 for STAGE in "${stages[@]}"; do
