@@ -103,7 +103,7 @@ stage_tests() {
       if command -v gdb >/dev/null; then
         run gdb -q -batch -ex run -ex bt -ex "info threads" --args \
           "$BUILD_DIR/tests/${suite}_tests" --gtest_filter="$filter" 2>&1 | tail -120
-      else  # tests/crash_backtrace.cpp prints the test and the stack; name the frames
+      else  # tests/test_support.cpp prints the test and the stack; name the frames
         run "$BUILD_DIR/tests/${suite}_tests" --gtest_filter="$filter" > "$LOG/${suite}_crash.txt" 2>&1
         sed -n '/fatal signal/,/^maps:/p' "$LOG/${suite}_crash.txt" | head -60
         python3 scripts/symbolize_crash.py "$LOG/${suite}_crash.txt" | tee "$LOG/${suite}_crash_symbols.txt"

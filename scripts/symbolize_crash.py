@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Names the addresses of a crash report printed by tests/crash_backtrace.cpp (pc, the words at the
+"""Names the addresses of a crash report printed by tests/test_support.cpp (pc, the words at the
 top of the stack, the stack frames), using the report's own /proc/self/maps and addr2line.
 
     python3 scripts/symbolize_crash.py crash.txt

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "core/config.h"
+#include "tests/test_fs.h"
 
 extern char** environ;
 
@@ -42,10 +43,10 @@ class CliTest : public ::testing::Test {
     dir_ = fs::temp_directory_path() /
            ("brrr_cli_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "_" +
             std::to_string(getpid()));
-    fs::remove_all(dir_);
+    brrr::test::remove_tree(dir_);
     fs::create_directories(dir_);
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override { brrr::test::remove_tree(dir_); }
 
   // Starts the trainer with stdout/stderr redirected to files; returns its pid.
   pid_t start(const std::vector<std::string>& args) {

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "tests/test_fs.h"
 
 namespace brrr {
 namespace {
@@ -24,8 +25,9 @@ namespace fs = std::filesystem;
 
 fs::path fresh_dir(const std::string& name) {
   const fs::path dir = fs::temp_directory_path() / fmt::format("brrr_ckpt_{}_{}", name, getpid());
-  fs::remove_all(dir);
+  brrr::test::remove_tree(dir);
   fs::create_directories(dir);
+  brrr::test::remove_at_exit(dir);
   return dir;
 }
 

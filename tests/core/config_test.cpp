@@ -14,6 +14,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "tests/test_fs.h"
 
 namespace brrr {
 namespace {
@@ -55,7 +56,7 @@ class ConfigFilesTest : public ::testing::Test {
     ASSERT_NE(mkdtemp(pattern.data()), nullptr);
     dir_ = pattern;
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override { brrr::test::remove_tree(dir_); }
   std::string write(const std::string& name, const std::string& text) {
     const fs::path path = dir_ / name;
     fs::create_directories(path.parent_path());

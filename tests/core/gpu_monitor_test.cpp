@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "tests/test_fs.h"
 
 namespace fs = std::filesystem;
 
@@ -101,7 +102,7 @@ TEST(GpuMonitorTest, IsHarmlessWithoutNvml) {
   fs::path path = temp_path("none.jsonl");
   brrr::GpuMonitor monitor(0, path.string(), 50);
   if (monitor.available()) {
-    fs::remove_all(path.parent_path());
+    brrr::test::remove_tree(path.parent_path());
     GTEST_SKIP() << "NVML present: covered by SamplesTheRealGpu";
   }
   EXPECT_EQ(monitor.device_name(), "");
@@ -111,7 +112,7 @@ TEST(GpuMonitorTest, IsHarmlessWithoutNvml) {
   monitor.stop();
   EXPECT_EQ(monitor.summary().num_samples, 0);
   EXPECT_FALSE(fs::exists(path));
-  if (!HasFailure()) fs::remove_all(path.parent_path());
+  if (!HasFailure()) brrr::test::remove_tree(path.parent_path());
 }
 
 TEST(GpuMonitorTest, SamplesTheRealGpu) {
@@ -119,7 +120,7 @@ TEST(GpuMonitorTest, SamplesTheRealGpu) {
   auto t0 = std::chrono::steady_clock::now();
   brrr::GpuMonitor monitor(0, path.string(), 50, t0);
   if (!monitor.available()) {
-    fs::remove_all(path.parent_path());
+    brrr::test::remove_tree(path.parent_path());
     GTEST_SKIP() << "no NVML / NVIDIA driver on this machine";
   }
   EXPECT_FALSE(monitor.device_name().empty());
@@ -146,5 +147,5 @@ TEST(GpuMonitorTest, SamplesTheRealGpu) {
   }
   EXPECT_EQ(lines, samples.size());
   EXPECT_EQ(monitor.summary().num_samples, static_cast<int64_t>(samples.size()));
-  if (!HasFailure()) fs::remove_all(path.parent_path());
+  if (!HasFailure()) brrr::test::remove_tree(path.parent_path());
 }

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "tests/test_fs.h"
 
 namespace brrr {
 namespace {
@@ -26,7 +27,7 @@ class JsonLinesTest : public ::testing::Test {
     ASSERT_NE(mkdtemp(pattern.data()), nullptr);
     dir_ = pattern;
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override { brrr::test::remove_tree(dir_); }
   std::string write(const std::string& name, const std::string& text) {
     const std::string path = (dir_ / name).string();
     std::ofstream(path, std::ios::binary) << text;

@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "data/image_decode.h"
+#include "tests/test_fs.h"
 
 namespace brrr {
 namespace {
@@ -40,7 +41,7 @@ class FashionMnistTest : public ::testing::Test {
     images_ = at::randint(0, 256, {12, 28, 28}, at::kByte);
     labels_ = at::arange(12, at::kLong).remainder(10).to(at::kByte);
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override { brrr::test::remove_tree(dir_); }
 
   void write_plain(const std::string& name, const std::string& bytes) {
     std::ofstream(dir_ / name, std::ios::binary) << bytes;

@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "data/transforms.h"
+#include "tests/test_fs.h"
 
 namespace brrr {
 namespace {
@@ -187,7 +188,7 @@ TEST(ImageDecodeTest, WritePngRoundTrips) {
   EXPECT_TRUE(decode_image_file((dir / "rgb.png").string()).equal(rgb));
   EXPECT_TRUE(decode_image_file((dir / "gray.png").string()).equal(gray));
   EXPECT_THROW(write_png((dir / "bad.png").string(), at::zeros({2, 4, 4}, at::kByte)), DataError);
-  fs::remove_all(dir);
+  brrr::test::remove_tree(dir);
 }
 
 }  // namespace

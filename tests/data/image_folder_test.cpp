@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "data/image_decode.h"
+#include "tests/test_fs.h"
 
 namespace brrr {
 namespace {
@@ -37,7 +38,7 @@ class ImageFolderTest : public ::testing::Test {
     fs::copy_file(golden / "rgba8.png", root_ / "b_cat" / "nested" / "a.Png");
     std::ofstream(root_ / "b_cat" / "notes.txt") << "not an image";
   }
-  void TearDown() override { fs::remove_all(root_); }
+  void TearDown() override { brrr::test::remove_tree(root_); }
   fs::path root_;
 };
 

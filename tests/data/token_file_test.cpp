@@ -16,6 +16,7 @@
 
 #include "core/error.h"
 #include "data/image_decode.h"
+#include "tests/test_fs.h"
 
 namespace brrr {
 namespace {
@@ -28,7 +29,7 @@ class TokenFileTest : public ::testing::Test {
     dir_ = fs::temp_directory_path() / ("brrr_tokens_" + std::to_string(::getpid()));
     fs::create_directories(dir_);
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override { brrr::test::remove_tree(dir_); }
 
   // Token i has value i (+ offset), so a window's first value is its start position.
   template <typename T>

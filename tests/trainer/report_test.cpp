@@ -11,6 +11,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "tests/test_fs.h"
 
 namespace fs = std::filesystem;
 
@@ -38,7 +39,7 @@ fs::path test_root() {
 
 fs::path fresh_dir(const std::string& name) {
   fs::path dir = test_root() / name;
-  fs::remove_all(dir);
+  brrr::test::remove_tree(dir);
   fs::create_directories(dir);
   return dir;
 }
@@ -119,7 +120,7 @@ TEST(ReportTest, OverlaysTwoRecordedRuns) {
   EXPECT_EQ(count(md, "config of run_"), 2);
   for (const char* plot : plots)
     EXPECT_NE(md.find(std::string("](") + plot + ")"), std::string::npos);
-  if (!HasFailure()) fs::remove_all(test_root());  // kept for inspection on failure
+  if (!HasFailure()) brrr::test::remove_tree(test_root());  // kept for inspection on failure
 }
 
 TEST(ReportTest, SingleRunWithoutGpuFileSkipsTheUtilisationPlot) {
@@ -140,7 +141,7 @@ TEST(ReportTest, SingleRunWithoutGpuFileSkipsTheUtilisationPlot) {
   std::string metric = read(out / "metric.svg");
   EXPECT_NE(metric.find("data-label=\"val_ppl\""), std::string::npos);
   EXPECT_EQ(count(read(out / "breakdown.svg"), "<rect class=\"segment\""), 4);
-  if (!HasFailure()) fs::remove_all(test_root());  // kept for inspection on failure
+  if (!HasFailure()) brrr::test::remove_tree(test_root());  // kept for inspection on failure
 }
 
 TEST(ReportTest, MissingMetricsIsAnErrorNamingThePath) {
@@ -153,5 +154,5 @@ TEST(ReportTest, MissingMetricsIsAnErrorNamingThePath) {
         << e.what();
   }
   EXPECT_FALSE(fs::exists(run / "report"));
-  if (!HasFailure()) fs::remove_all(test_root());  // kept for inspection on failure
+  if (!HasFailure()) brrr::test::remove_tree(test_root());  // kept for inspection on failure
 }

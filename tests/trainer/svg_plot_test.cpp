@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "tests/test_fs.h"
 
 namespace fs = std::filesystem;
 
@@ -169,7 +170,7 @@ TEST(SvgPlotTest, RejectsBadBarValues) {
 
 TEST(SvgPlotTest, SavesSvgAndPngOnlyWhenAConverterSucceeds) {
   fs::path dir = fs::temp_directory_path() / ("brrr_svg_plot_test_" + std::to_string(getpid()));
-  fs::remove_all(dir);
+  brrr::test::remove_tree(dir);
   fs::create_directories(dir);
   brrr::LinePlot plot{"t", "x", "y"};
   plot.series.push_back(series("s", {0, 1}, {0, 1}));
@@ -187,5 +188,5 @@ TEST(SvgPlotTest, SavesSvgAndPngOnlyWhenAConverterSucceeds) {
     EXPECT_EQ(std::string(magic + 1, 3), "PNG");
   }
   EXPECT_THROW(brrr::save_plot(svg, (dir / "missing" / "p.svg").string()), brrr::Error);
-  if (!HasFailure()) fs::remove_all(dir);
+  if (!HasFailure()) brrr::test::remove_tree(dir);
 }

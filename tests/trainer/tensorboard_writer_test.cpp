@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/crc32c.h"
+#include "tests/test_fs.h"
 
 namespace brrr {
 namespace {
@@ -26,8 +27,9 @@ namespace fs = std::filesystem;
 
 fs::path fresh_dir(const std::string& name) {
   const fs::path dir = fs::temp_directory_path() / fmt::format("brrr_tb_{}_{}", name, getpid());
-  fs::remove_all(dir);
+  brrr::test::remove_tree(dir);
   fs::create_directories(dir);
+  brrr::test::remove_at_exit(dir);
   return dir;
 }
 

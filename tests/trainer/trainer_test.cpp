@@ -14,6 +14,7 @@
 #include "models/model.h"
 #include "trainer/optimizer.h"
 #include "trainer/trainer.h"
+#include "tests/test_fs.h"
 
 namespace brrr {
 namespace {
@@ -68,8 +69,9 @@ class BlobTrainer : public Trainer {
 
 std::string temp_dir(const std::string& name) {
   const fs::path dir = fs::temp_directory_path() / ("brrr_trainer_test_" + name + "_" + std::to_string(getpid()));
-  fs::remove_all(dir);
+  brrr::test::remove_tree(dir);
   fs::create_directories(dir);
+  brrr::test::remove_at_exit(dir);
   return dir.string();
 }
 

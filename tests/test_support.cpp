@@ -1,4 +1,9 @@
-// Linked into every test executable: a fatal signal prints the test that was running, the faulting
+// Linked into every test executable.
+//
+// Scratch directories registered with brrr::test::remove_at_exit are removed when the test program
+// ends with every test passed (kept, and named, when one failed).
+//
+// A fatal signal prints the test that was running, the faulting
 // instruction and fault address, a stack trace, the words at the top of the stack (after a jump
 // through a bad pointer the unwinder stops at once, but the caller's return address is usually
 // there) and the executable mappings, so a crash on a machine without a debugger still says where
@@ -14,8 +19,34 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <mutex>
+#include <vector>
+
+#include "tests/test_fs.h"
 
 namespace {
+
+std::mutex scratch_mutex;
+std::vector<std::filesystem::path>& scratch_dirs() {
+  static auto* dirs = new std::vector<std::filesystem::path>();  // outlives every test
+  return *dirs;
+}
+
+class ScratchCleaner : public testing::EmptyTestEventListener {
+  void OnTestProgramEnd(const testing::UnitTest& unit) override {
+    std::lock_guard<std::mutex> lock(scratch_mutex);
+    for (const auto& dir : scratch_dirs()) {
+      if (unit.Passed()) {
+        brrr::test::remove_tree(dir);
+      } else if (std::filesystem::exists(dir)) {
+        std::cerr << "kept for inspection: " << dir.string() << "\n";
+      }
+    }
+    scratch_dirs().clear();
+  }
+};
 
 void write_err(const char* s) {
   if (s != nullptr) (void)!write(STDERR_FILENO, s, std::strlen(s));
@@ -64,6 +95,7 @@ void on_fatal_signal(int sig, siginfo_t* info, void* context) {
 }
 
 const bool installed = [] {
+  testing::UnitTest::GetInstance()->listeners().Append(new ScratchCleaner);
   struct sigaction action {};
   action.sa_sigaction = on_fatal_signal;
   action.sa_flags = SA_SIGINFO;
@@ -73,3 +105,8 @@ const bool installed = [] {
 }();
 
 }  // namespace
+
+void brrr::test::remove_at_exit(const std::filesystem::path& dir) {
+  std::lock_guard<std::mutex> lock(scratch_mutex);
+  scratch_dirs().push_back(dir);
+}

@@ -1,0 +1,29 @@
+#pragma once
+// Test helper: recursive removal of a scratch directory through libc's nftw, not
+// std::filesystem::remove_all. libtorch's pip wheels export their own copy of
+// std::filesystem::remove_all; a test binary linked with libtorch ahead of libstdc++ binds to it,
+// and that copy jumped to a null pointer on the GPU machine (torch 2.11, Ubuntu 24.04), while the
+// same call through the system libstdc++ (LD_PRELOAD) passed. brrr's library code never calls
+// remove_all.
+#include <ftw.h>
+#include <stdio.h>
+
+#include <filesystem>
+
+namespace brrr::test {
+
+/// Removes `path` and everything under it (no error when it does not exist).
+inline void remove_tree(const std::filesystem::path& path) {
+  nftw(
+      path.c_str(),
+      [](const char* p, const struct stat*, int, struct FTW*) {
+        ::remove(p);  // a file, or a directory already emptied (FTW_DEPTH visits children first)
+        return 0;
+      },
+      16, FTW_DEPTH | FTW_PHYS);
+}
+
+/// Removes `dir` (recursively) when the test program ends, if every test passed; tests/test_support.cpp.
+void remove_at_exit(const std::filesystem::path& dir);
+
+}  // namespace brrr::test
