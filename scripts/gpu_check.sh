@@ -185,6 +185,7 @@ stage_gpt() {
 # Kernel-level comparison of one GPT-2 step: Kineto traces of brrr and of PyTorch eager, summed
 # by kernel name (bench/trace_kernels.py).
 stage_gptprof() {
+  set -o pipefail
   [[ -s data_cache/fortunes_train.bin ]] || run scripts/prepare_data.sh tokens || return 1
   local d=$RES/gptprof rc=0
   mkdir -p "$d"
@@ -240,6 +241,7 @@ PY
 
 # data.num_workers: auto and data.batch_size: auto on the GPU: what each chose and why.
 stage_autotune() {
+  set -o pipefail  # a failing trainer fails the stage through `| tee`
   need_data || return 1
   local d=$RES/autotune rc=0 name
   mkdir -p "$d"
@@ -248,11 +250,11 @@ stage_autotune() {
     2>&1 | tee "$d/auto_workers.log" || rc=1
   run "$BUILD_DIR/trainer" --config configs/blog/04_bf16.yaml --set run.name=auto_batch_resnet \
     --set run.output_dir=runs/gpu_check --set data.batch_size=auto --set data.num_workers=16 \
-    --set train.max_steps=20 2>&1 | tee "$d/auto_batch_resnet.log" || rc=1
+    --set train.max_steps=40 --set schedule.warmup_steps=5 2>&1 | tee "$d/auto_batch_resnet.log" || rc=1
   run "$BUILD_DIR/trainer" --config configs/gpt2-124m.yaml --set run.name=auto_batch_gpt \
     --set run.output_dir=runs/gpu_check --set data.batch_size=auto --set train.grad_accum_steps=1 \
-    --set train.max_steps=20 --set train.eval_every=0 --set train.eval_steps=1 \
-    2>&1 | tee "$d/auto_batch_gpt.log" || rc=1
+    --set train.max_steps=40 --set schedule.warmup_steps=5 --set train.eval_every=0 \
+    --set train.eval_steps=1 2>&1 | tee "$d/auto_batch_gpt.log" || rc=1
   for name in auto_workers auto_batch_resnet auto_batch_gpt; do
     keep_run "runs/gpu_check/$name" "$d/runs/$name"
   done

@@ -21,7 +21,7 @@ struct WorkerChoice {
   std::vector<WorkerTrial> trials;
 };
 
-/// Picks the smallest worker count whose loader throughput keeps up (with 10% headroom) with
+/// Picks the smallest worker count whose loader throughput keeps up (with 50% headroom) with
 /// `step_seconds`, the model's time per micro-batch. Candidates 0, 1, 2, 4, ... up to max_workers;
 /// `measure(n)` returns batches/s with n workers (the default measures the real loader).
 WorkerChoice choose_num_workers(double step_seconds, int64_t max_workers,

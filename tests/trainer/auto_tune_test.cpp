@@ -11,15 +11,16 @@ namespace brrr {
 namespace {
 
 TEST(AutoTuneTest, PicksTheSmallestWorkerCountThatKeepsUp) {
-  // 25 ms steps need 40 batches/s, 44 with headroom; each worker adds 12 batches/s.
+  // 25 ms steps need 40 batches/s, 60 with headroom; each worker adds 12 batches/s.
   std::vector<int64_t> asked;
   const auto choice = choose_num_workers(0.025, 16, [&](int64_t n) {
     asked.push_back(n);
     return 12.0 * static_cast<double>(std::max<int64_t>(n, 1));
   });
-  EXPECT_EQ(choice.num_workers, 4);
-  EXPECT_EQ(asked, (std::vector<int64_t>{0, 1, 2, 4}));  // stops measuring once one keeps up
-  EXPECT_NE(choice.reason.find("4 worker(s) load 48.0 batches/s"), std::string::npos) << choice.reason;
+  EXPECT_EQ(choice.num_workers, 8);
+  EXPECT_EQ(asked, (std::vector<int64_t>{0, 1, 2, 4, 8}));  // stops measuring once one keeps up
+  EXPECT_NE(choice.reason.find("8 worker(s) load 96.0 batches/s >= 60.0 needed"), std::string::npos)
+      << choice.reason;
 }
 
 TEST(AutoTuneTest, ReportsAnInputBoundRunWhenNothingKeepsUp) {
