@@ -96,7 +96,7 @@ std::vector<Field> make_config_fields() {
                "Loader processes; 0 = in-process; auto."),
       BRRR_CFG(data.pin_memory, R, "Page-lock the batch ring (CUDA only)."),
       BRRR_CFG(data.prefetch_factor, R.ge(1), "Batches in flight per worker."),
-      BRRR_CFG(data.persistent_workers, R, "Keep workers alive across epochs."),
+      BRRR_CFG(data.persistent_workers, R, "Keep workers across epochs; they start the next one early."),
       BRRR_CFG(data.shuffle, R, "Reshuffle every epoch."),
       BRRR_CFG(data.drop_last, R, "Drop the last incomplete batch."),
       BRRR_CFG(data.timeout, R.ge(0), "Seconds to wait for a batch; 0 = forever."),

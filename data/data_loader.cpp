@@ -89,6 +89,20 @@ bool DataLoader::pinned() const {
   return ring_->pinned();
 }
 
+std::vector<int64_t> DataLoader::checked_indices(int64_t epoch) const {
+  std::vector<int64_t> indices = sampler_->indices(epoch);
+  const int64_t n = dataset_->size();
+  for (size_t i = 0; i < indices.size(); ++i) {
+    if (indices[i] < 0 || indices[i] >= n) {
+      throw ConfigError(
+          fmt::format("DataLoader: the sampler gave index {} at position {} of epoch "
+                      "{}, outside the dataset's [0, {})",
+                      indices[i], i, epoch, n));
+    }
+  }
+  return indices;
+}
+
 void DataLoader::start_epoch(int64_t epoch, int64_t skip_batches) {
   if (failure_) std::rethrow_exception(failure_);
   if (epoch < 0)
@@ -97,24 +111,35 @@ void DataLoader::start_epoch(int64_t epoch, int64_t skip_batches) {
     throw Error(fmt::format("DataLoader::start_epoch: skip_batches must be in [0, {}], got {}",
                             batches_per_epoch_, skip_batches));
   }
+  // The lookahead was sent with generation_ + 1: one increment makes it current, two discard it.
+  const bool adopt = ahead_sent_ > 0 && epoch_ >= 0 && epoch == epoch_ + 1 && skip_batches == 0;
+  generation_ += adopt ? 1 : 2;
   // Discard the previous epoch: filled slots go back now, in-flight ones when they arrive.
-  ++generation_;
   for (const auto& [batch, slot] : ready_) ring_->release(slot);
   ready_.clear();
   if (!options_.persistent_workers() && !in_flight_.empty()) stop_workers();
 
-  indices_ = sampler_->indices(epoch);
-  const int64_t n = dataset_->size();
-  for (size_t i = 0; i < indices_.size(); ++i) {
-    if (indices_[i] < 0 || indices_[i] >= n) {
-      throw ConfigError(
-          fmt::format("DataLoader: the sampler gave index {} at position {} of epoch "
-                      "{}, outside the dataset's [0, {})",
-                      indices_[i], i, epoch, n));
-    }
+  if (adopt && !ahead_error_.empty()) {
+    const std::string message = std::move(ahead_error_);
+    ahead_error_.clear();
+    fail(std::make_exception_ptr(WorkerError(message)));
+    throw WorkerError(message);
   }
+  ahead_error_.clear();
+  if (adopt) {
+    indices_ = std::move(ahead_indices_);
+    ready_ = std::move(ahead_ready_);
+    next_send_ = ahead_sent_;
+  } else {
+    for (const auto& [batch, slot] : ahead_ready_) ring_->release(slot);
+    indices_ = checked_indices(epoch);
+    next_send_ = skip_batches;
+  }
+  ahead_indices_.clear();
+  ahead_ready_.clear();
+  ahead_sent_ = 0;
   epoch_ = epoch;
-  next_send_ = next_return_ = skip_batches;
+  next_return_ = skip_batches;
   if (options_.num_workers() == 0 || next_return_ >= batches_per_epoch_) return;
   try {
     if (!pool_) {
@@ -208,24 +233,45 @@ Batch DataLoader::next_from_workers() {
   }
 }
 
+void DataLoader::send(int64_t worker, int64_t slot, int64_t epoch, int64_t batch,
+                      const std::vector<int64_t>& indices, int64_t generation) {
+  WorkerTask task;
+  task.seq = next_seq_++;
+  task.slot = slot;
+  task.epoch = epoch;
+  task.batch = batch;
+  const auto first = indices.begin() + batch * options_.batch_size();
+  task.indices.assign(first, first + rows_of(batch));
+  in_flight_[task.seq] = InFlight{batch, slot, worker, generation};
+  pool_->send(worker, task);
+}
+
 void DataLoader::dispatch() {
   const int64_t workers = options_.num_workers();
-  const int64_t bs = options_.batch_size();
   while (next_send_ < batches_per_epoch_) {
     const int64_t worker = next_send_ % workers;  // round robin, as PyTorch
-    if (pool_->outstanding(worker) >= options_.prefetch_factor()) break;
+    if (pool_->outstanding(worker) >= options_.prefetch_factor()) return;
     const std::optional<int64_t> slot = ring_->acquire();
-    if (!slot) break;
-    WorkerTask task;
-    task.seq = next_seq_++;
-    task.slot = *slot;
-    task.epoch = epoch_;
-    task.batch = next_send_;
-    const auto first = indices_.begin() + next_send_ * bs;
-    task.indices.assign(first, first + rows_of(next_send_));
-    in_flight_[task.seq] = InFlight{next_send_, *slot, worker, generation_};
+    if (!slot) return;
+    send(worker, *slot, epoch_, next_send_, indices_, generation_);
     ++next_send_;
-    pool_->send(worker, task);
+  }
+  if (options_.persistent_workers()) dispatch_ahead();
+}
+
+// Every batch of this epoch is sent: keep the workers busy with the next epoch's first batches,
+// which start_epoch(epoch_ + 1) adopts. Sample order and augmentation are functions of (seed,
+// epoch, index), so they are the batches that epoch would load anyway.
+void DataLoader::dispatch_ahead() {
+  const int64_t workers = options_.num_workers();
+  while (ahead_sent_ < batches_per_epoch_) {
+    const int64_t worker = ahead_sent_ % workers;
+    if (pool_->outstanding(worker) >= options_.prefetch_factor()) return;
+    if (ahead_indices_.empty()) ahead_indices_ = checked_indices(epoch_ + 1);
+    const std::optional<int64_t> slot = ring_->acquire();
+    if (!slot) return;
+    send(worker, *slot, epoch_ + 1, ahead_sent_, ahead_indices_, generation_ + 1);
+    ++ahead_sent_;
   }
 }
 
@@ -237,6 +283,19 @@ void DataLoader::handle_result(const WorkerResult& result) {
   }
   const InFlight task = it->second;
   in_flight_.erase(it);
+  if (task.generation == generation_ + 1) {  // the next epoch's, sent ahead
+    if (result.ok) {
+      ahead_ready_[task.batch] = task.slot;
+    } else {  // raised if that epoch is started, forgotten if it is not
+      ring_->release(task.slot);
+      if (ahead_error_.empty()) {
+        ahead_error_ = fmt::format("data worker {} failed on sample {} (batch {} of epoch {}): {}",
+                                   result.worker, result.sample_index, task.batch, epoch_ + 1,
+                                   result.message);
+      }
+    }
+    return;
+  }
   if (task.generation != generation_) {  // a discarded epoch's batch, errors included
     ring_->release(task.slot);
     return;
@@ -263,6 +322,8 @@ void DataLoader::fail(std::exception_ptr error) noexcept {
   stop_workers();
   for (const auto& [batch, slot] : ready_) ring_->release(slot);
   ready_.clear();
+  for (const auto& [batch, slot] : ahead_ready_) ring_->release(slot);
+  ahead_ready_.clear();
 }
 
 void DataLoader::throw_slots_exhausted() const {

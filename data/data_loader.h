@@ -20,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "data/collate.h"
@@ -90,7 +91,10 @@ class DataLoader {
   ~DataLoader();
 
   /// Begins epoch `epoch` at batch `skip_batches` (the skipped batches are not loaded), discarding
-  /// whatever of the previous epoch is still in flight.
+  /// whatever of the previous epoch is still in flight. With persistent workers, once every batch
+  /// of an epoch has been sent the workers go on with the first batches of the next one, and
+  /// start_epoch(epoch + 1) keeps them: no stall at the epoch boundary. Any other start discards
+  /// them.
   void start_epoch(int64_t epoch, int64_t skip_batches = 0);
   /// The next batch of the epoch, or nullopt at its end (and on every later call until the next
   /// start_epoch()). Starts epoch 0 if no epoch was started. Throws WorkerError on worker failure.
@@ -106,6 +110,8 @@ class DataLoader {
   const BatchLayout& layout() const { return *layout_; }
   /// Whether the batch ring is page-locked (batches report is_pinned()).
   bool pinned() const;
+  /// Batches of the next epoch already sent to workers (the epoch-boundary lookahead).
+  int64_t batches_ahead() const { return ahead_sent_; }
   DataLoaderStats stats() const { return stats_; }
 
  private:
@@ -113,12 +119,16 @@ class DataLoader {
     int64_t batch;
     int64_t slot;
     int64_t worker;
-    int64_t generation;  // start_epoch() count when sent; older = discarded
+    int64_t generation;  // start_epoch() count when sent; older = discarded, +1 = next epoch
   };
 
   Batch next_in_process();
   Batch next_from_workers();
   void dispatch();
+  void dispatch_ahead();
+  std::vector<int64_t> checked_indices(int64_t epoch) const;
+  void send(int64_t worker, int64_t slot, int64_t epoch, int64_t batch,
+            const std::vector<int64_t>& indices, int64_t generation);
   void handle_result(const WorkerResult& result);
   Batch hand_out(int64_t slot);
   int64_t rows_of(int64_t batch) const;
@@ -142,6 +152,11 @@ class DataLoader {
   int64_t next_seq_ = 0;
   std::map<int64_t, InFlight> in_flight_;  // seq -> task sent, not answered
   std::map<int64_t, int64_t> ready_;       // batch -> filled slot, waiting for its turn
+  // Lookahead into epoch_ + 1 (persistent workers): its order, batches sent, batches filled.
+  std::vector<int64_t> ahead_indices_;
+  int64_t ahead_sent_ = 0;
+  std::map<int64_t, int64_t> ahead_ready_;
+  std::string ahead_error_;  // a worker failed on a lookahead batch
   std::exception_ptr failure_;
   DataLoaderStats stats_;
 };

@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -75,6 +76,13 @@ std::string signal_name(int sig) {
   signal(SIGINT, SIG_IGN);   // Ctrl-C goes to the whole process group: the parent decides.
   signal(SIGTERM, SIG_DFL);  // the parent's handler (a flag it polls) means nothing here
   signal(SIGPIPE, SIG_IGN);
+  // fork() ran with SIGINT and SIGTERM blocked (see start_worker): a Ctrl-C that arrived before
+  // the lines above is discarded now instead of killing the worker with the parent's disposition.
+  sigset_t startup;
+  sigemptyset(&startup);
+  sigaddset(&startup, SIGINT);
+  sigaddset(&startup, SIGTERM);
+  pthread_sigmask(SIG_UNBLOCK, &startup, nullptr);
   for (int other : close_fds) close(other);
   try {
     at::set_num_threads(1);  // before any ATen op: the parent's thread pool did not survive fork
@@ -145,11 +153,18 @@ void WorkerPool::spawn(int64_t id, const Dataset& dataset, const BatchLayout& la
   std::unique_lock<std::mutex> lock(g_parent_fds_mu);
   std::vector<int> close_fds = g_parent_fds;
   close_fds.push_back(fds[0]);
+  // The child starts with SIGINT and SIGTERM blocked until it has set its own dispositions.
+  sigset_t startup, previous;
+  sigemptyset(&startup);
+  sigaddset(&startup, SIGINT);
+  sigaddset(&startup, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &startup, &previous);
   const pid_t pid = fork();
   if (pid == 0) {
     worker_main(id, fds[1], parent, close_fds, dataset, layout, ring_base, ring.slot_bytes(), seed);
   }
   const int fork_errno = errno;
+  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
   close(fds[1]);
   if (pid < 0) {
     close(fds[0]);

@@ -13,6 +13,7 @@ constexpr double kDataWaitPct = 10.0;          // % of step time waiting for dat
 constexpr double kInProcessDataWaitPct = 1.0;  // num_workers 0: any measurable loading cost
 constexpr double kLowMemoryPct = 30.0;         // peak GPU memory, % of the device
 constexpr double kHostSyncsPerStep = 1.0;      // blocking device-to-host reads per step
+constexpr double kCopyWaitPct = 5.0;           // % of step time waiting for the H2D copy
 constexpr double kSawtoothMeanPct = 80.0;      // mean utilisation below this ...
 constexpr double kSawtoothP10Pct = 10.0;       // ... with a p10 below this: starved
 constexpr double kUnderusedMeanPct = 50.0;     // mean utilisation below this, p10 not idle
@@ -102,6 +103,9 @@ RunStats stats_from_records(const std::vector<JsonRecord>& records) {
   if (s.tokens_per_s && *s.tokens_per_s <= 0.0) s.tokens_per_s.reset();  // 0 = not an LM run
   s.data_wait_pct = summary_or_mean("data_wait_pct");
   s.host_syncs_per_step = summary_or_mean("host_syncs_per_step");
+  const std::optional<double> copy_ms = train_mean(train, "breakdown_ms/copy");
+  const std::optional<double> step_ms = train_mean(train, "step_time_ms");
+  if (copy_ms && step_ms && *step_ms > 0.0) s.copy_wait_pct = 100.0 * *copy_ms / *step_ms;
   for (const JsonRecord* r : train) {
     if (auto it = r->numbers.find("mem_peak_mib"); it != r->numbers.end()) {
       s.mem_peak_mib = std::max(s.mem_peak_mib.value_or(0.0), it->second);
@@ -172,6 +176,19 @@ std::vector<Finding> diagnose(const RunStats& s) {
                      "data.pin_memory is off on a CUDA run: host-to-device copies are pageable "
                      "(turn on data.pin_memory)",
                      "data.pin_memory"});
+    }
+    if (s.copy_wait_pct && *s.copy_wait_pct >= kCopyWaitPct) {
+      const bool pageable = s.pin_memory && !*s.pin_memory;
+      std::string fix = pageable ? "turn on data.pin_memory (a pageable copy cannot overlap compute)"
+                                 : "raise data.prefetch_factor";
+      if (!pageable && s.prefetch_factor) {
+        fix += fmt::format(" ({} → {})", *s.prefetch_factor, 2 * *s.prefetch_factor);
+      }
+      out.push_back({"warn",
+                     fmt::format("the GPU waited for host-to-device copies {} of the step: the "
+                                 "copy of the next batch is not hidden behind compute; {}",
+                                 pct(*s.copy_wait_pct), fix),
+                     pageable ? "data.pin_memory" : "data.prefetch_factor"});
     }
     if (s.precision == "fp32" && s.tensor_cores.value_or(false)) {
       std::string name = s.device_name.empty() ? "a GPU" : s.device_name;

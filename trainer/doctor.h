@@ -7,6 +7,7 @@
 //  - data wait >= 10% of step time (num_workers > 0): raise data.num_workers / data.prefetch_factor
 //  - num_workers 0 and data wait >= 1%: data is loaded in the training process
 //  - * pin_memory off: pageable host-to-device copies
+//  - * the compute stream waited for host-to-device copies >= 5% of the step: not hidden
 //  - * fp32 on a GPU with tensor cores: train.precision bf16
 //  - * peak GPU memory < 30% of the device: larger data.batch_size / fewer grad_accum_steps
 //  - * >= 1 host sync per step: something reads GPU values every step
@@ -47,6 +48,9 @@ struct RunStats {
   /// Percent of step time spent waiting for the next batch.
   std::optional<double> data_wait_pct;
   std::optional<double> host_syncs_per_step;
+  /// Percent of step time the compute stream waited for the batch's host-to-device copy
+  /// (breakdown_ms/copy over step_time_ms, means of the train records).
+  std::optional<double> copy_wait_pct;
   /// Largest mem_peak_mib of the train records (allocator peak), MiB.
   std::optional<double> mem_peak_mib;
   std::optional<int64_t> num_workers;

@@ -144,6 +144,54 @@ TEST(DataLoaderTest, StartEpochMidEpochDiscardsInFlightWork) {
   expect_same(load_epoch(loader, 5), e5, "after a mid-epoch restart");
 }
 
+TEST(DataLoaderTest, PersistentWorkersLookAheadIntoTheNextEpoch) {
+  auto ds = std::make_shared<testing::PatternDataset>(37);
+  DataLoader reference(ds, base_options(0));
+  std::vector<std::vector<Batch>> want;
+  for (int64_t epoch = 0; epoch < 5; ++epoch) want.push_back(load_epoch(reference, epoch));
+  DataLoader loader(ds, base_options(2).persistent_workers(true));
+  expect_same(load_epoch(loader, 0), want[0], "epoch 0");
+  EXPECT_GT(loader.batches_ahead(), 0) << "epoch 1 should be in flight once epoch 0 is all sent";
+  expect_same(load_epoch(loader, 1), want[1], "epoch 1, adopted from the lookahead");
+  ASSERT_GT(loader.batches_ahead(), 0);
+  // Any other start discards the lookahead: a resume position, a jump, a repeat.
+  expect_same(load_epoch(loader, 2, 3), std::vector<Batch>(want[2].begin() + 3, want[2].end()),
+              "epoch 2 from batch 3");
+  expect_same(load_epoch(loader, 4), want[4], "epoch 4 after a jump");
+  expect_same(load_epoch(loader, 4), want[4], "epoch 4 again");
+  EXPECT_EQ(loader.stats().batches_produced, 10 + 10 + 7 + 10 + 10);
+}
+
+TEST(DataLoaderTest, LookaheadFailureIsRaisedOnlyIfThatEpochStarts) {
+  // drop_last leaves one of 37 samples out of each epoch: find a seed whose epoch 0 drops the
+  // sample that epoch 1 loads in its first batch (which the lookahead loads early).
+  uint64_t seed = 0;
+  int64_t bad = -1;
+  for (; seed < 1000 && bad < 0; ++seed) {
+    const std::vector<int64_t> e0 = RandomSampler(37, seed).indices(0);
+    const std::vector<int64_t> e1 = RandomSampler(37, seed).indices(1);
+    if (std::find(e1.begin(), e1.begin() + 4, e0.back()) != e1.begin() + 4) bad = e0.back();
+  }
+  ASSERT_GE(bad, 0);
+  --seed;
+  auto ds = std::make_shared<testing::ThrowingDataset>(37, bad);
+  const auto options = base_options(2).seed(static_cast<int64_t>(seed)).drop_last(true).persistent_workers(true);
+  {
+    DataLoader loader(ds, options);
+    EXPECT_EQ(load_epoch(loader, 0).size(), 9u);
+    ASSERT_GT(loader.batches_ahead(), 0);
+    const std::string what = what_of([&] { load_epoch(loader, 1); });
+    EXPECT_TRUE(contains(what, fmt::format("corrupt record {}", bad))) << what;
+  }
+  {
+    DataLoader loader(ds, options);
+    EXPECT_EQ(load_epoch(loader, 0).size(), 9u);
+    ASSERT_GT(loader.batches_ahead(), 0);
+    EXPECT_EQ(load_epoch(loader, 0).size(), 9u) << "a lookahead that is not used must not fail";
+  }
+  EXPECT_TRUE(child_pids().empty());
+}
+
 TEST(DataLoaderTest, WorkerExceptionNamesWorkerSampleAndMessage) {
   const auto shm_before = shm_entries();
   auto ds = std::make_shared<testing::ThrowingDataset>(40, 13);

@@ -100,6 +100,39 @@ TEST(DoctorTest, PinMemoryOffOnlyMattersOnCuda) {
   EXPECT_TRUE(brrr::diagnose(s).empty());
 }
 
+TEST(DoctorTest, ExposedCopyTimeSuggestsPinnedMemoryOrMorePrefetch) {
+  brrr::RunStats s = healthy();
+  s.copy_wait_pct = 12.0;
+  brrr::Finding f = only_finding(s);
+  EXPECT_EQ(f.config_key, "data.prefetch_factor");
+  EXPECT_TRUE(contains(f.message, "host-to-device copies 12% of the step")) << f.message;
+  s.copy_wait_pct = 4.0;  // under the threshold: hidden enough
+  EXPECT_TRUE(brrr::diagnose(s).empty());
+  s.copy_wait_pct = 30.0;
+  s.pin_memory = false;
+  bool named_pinning = false;
+  for (const auto& finding : brrr::diagnose(s)) {
+    if (contains(finding.message, "copies 30%")) {
+      named_pinning = finding.config_key == "data.pin_memory";
+    }
+  }
+  EXPECT_TRUE(named_pinning);
+}
+
+TEST(DoctorTest, CopyWaitComesFromTheBreakdownOfTrainRecords) {
+  std::vector<brrr::JsonRecord> records(2);
+  for (auto& r : records) {
+    r.strings["kind"] = "train";
+    r.numbers["step_time_ms"] = 20.0;
+  }
+  records[0].numbers["breakdown_ms/copy"] = 1.0;
+  records[1].numbers["breakdown_ms/copy"] = 3.0;
+  EXPECT_DOUBLE_EQ(brrr::stats_from_records(records).copy_wait_pct.value(), 10.0);
+  records[0].numbers.erase("breakdown_ms/copy");
+  records[1].numbers.erase("breakdown_ms/copy");
+  EXPECT_FALSE(brrr::stats_from_records(records).copy_wait_pct.has_value()) << "CPU runs have none";
+}
+
 TEST(DoctorTest, Fp32OnTensorCoresSuggestsBf16) {
   brrr::RunStats s = healthy();
   s.precision = "fp32";
