@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <ctime>
 #include <mutex>
+#include <string>
+#include <string_view>
 
 #include "core/error.h"
 
@@ -30,6 +32,18 @@ std::atomic<Level>& current() {
 std::mutex& write_mutex() {
   static std::mutex m;
   return m;
+}
+
+constexpr std::string_view kEraseToEnd = "\033[K";
+
+// The live line now on screen ("" = none). Guarded by write_mutex().
+std::string& live_line() {
+  static std::string line;
+  return line;
+}
+
+void put(std::string_view text) {
+  std::fwrite(text.data(), 1, text.size(), stderr);
 }
 
 const char* level_name(Level level) {
@@ -68,13 +82,48 @@ void write(Level lvl, std::string_view message) {
   std::strftime(stamp, sizeof(stamp), "%Y-%m-%d %H:%M:%S", &tm);
   const std::string line = fmt::format("{}.{:03d} {} {}\n", stamp, millis, level_name(lvl), message);
   std::lock_guard<std::mutex> lock(write_mutex());
-  std::fwrite(line.data(), 1, line.size(), stderr);
+  const std::string& live = live_line();
+  if (!live.empty()) {  // erase, write, redraw
+    put("\r");
+    put(kEraseToEnd);
+  }
+  put(line);
+  if (!live.empty()) {
+    put(live);
+    put(kEraseToEnd);
+  }
   std::fflush(stderr);
 }
 
 void write_raw(std::string_view text) {
   std::lock_guard<std::mutex> lock(write_mutex());
-  std::fwrite(text.data(), 1, text.size(), stderr);
+  put(text);
+  std::fflush(stderr);
+}
+
+void set_live_line(std::string_view text) {
+  std::lock_guard<std::mutex> lock(write_mutex());
+  live_line() = text;
+  put("\r");
+  put(text);
+  put(kEraseToEnd);
+  std::fflush(stderr);
+}
+
+void clear_live_line() {
+  std::lock_guard<std::mutex> lock(write_mutex());
+  if (live_line().empty()) return;
+  live_line().clear();
+  put("\r");
+  put(kEraseToEnd);
+  std::fflush(stderr);
+}
+
+void end_live_line() {
+  std::lock_guard<std::mutex> lock(write_mutex());
+  if (live_line().empty()) return;
+  live_line().clear();
+  put("\n");
   std::fflush(stderr);
 }
 

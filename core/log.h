@@ -19,8 +19,16 @@ Level parse_level(std::string_view name);
 /// Writes one finished line (a timestamp and the level are prepended) to stderr.
 void write(Level level, std::string_view message);
 
-/// Writes raw text to stderr without a newline or prefix (the live progress line uses this).
+/// Writes raw text to stderr without a newline or prefix.
 void write_raw(std::string_view text);
+
+/// The live line (a progress line on a terminal): drawn at the bottom with '\r' and redrawn after
+/// every write(), so a log line from anywhere (another thread included) never tears it.
+/// set_live_line draws or replaces it; clear_live_line erases it; end_live_line leaves it on screen
+/// and moves to a new line. All three are no-ops on an empty live line where that makes sense.
+void set_live_line(std::string_view text);
+void clear_live_line();
+void end_live_line();
 
 template <typename... Args>
 void debug(fmt::format_string<Args...> f, Args&&... args) {

@@ -13,7 +13,6 @@ namespace {
 // Weight of the newest measurement in the seconds-per-step average: recent enough to follow a
 // change of pace (eval, throttling), smooth enough that the ETA does not jump on every update.
 constexpr double kEtaSmoothing = 0.3;
-constexpr const char* kEraseToEnd = "\033[K";
 
 size_t terminal_columns() {
   winsize ws{};
@@ -109,35 +108,26 @@ void ProgressLine::update(const ProgressStats& stats) {
     log::info("{}", text_);
     return;
   }
-  log::write_raw("\r" + fitted_text() + kEraseToEnd);
+  log::set_live_line(fitted_text());
   shown_ = true;
 }
 
 void ProgressLine::log(log::Level level, std::string_view message) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  const bool redraw = shown_;
-  if (shown_) {
-    log::write_raw(std::string("\r") + kEraseToEnd);
-    shown_ = false;
-  }
+  // The logger erases and redraws the live line around every line it writes.
   if (log::level() <= level) log::write(level, message);
-  if (redraw) {
-    log::write_raw(fitted_text() + kEraseToEnd);
-    shown_ = true;
-  }
 }
 
 void ProgressLine::clear() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!shown_) return;
-  log::write_raw(std::string("\r") + kEraseToEnd);
+  log::clear_live_line();
   shown_ = false;
 }
 
 void ProgressLine::finish() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!shown_) return;
-  log::write_raw("\n");
+  log::end_live_line();
   shown_ = false;
 }
 

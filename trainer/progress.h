@@ -66,7 +66,8 @@ class ProgressLine {
 
   /// Shows `stats` (redraw, or a log line in plain mode) and updates the ETA estimate.
   void update(const ProgressStats& stats);
-  /// Writes a normal log line without tearing the live line: erase, log, redraw.
+  /// Writes a normal log line (the logger erases and redraws the live line around it; a direct
+  /// log::info from anywhere does the same).
   void log(log::Level level, std::string_view message);
   /// Erases the live line (no-op in plain mode or when nothing is shown).
   void clear();
