@@ -289,9 +289,9 @@ void DataLoader::handle_result(const WorkerResult& result) {
     } else {  // raised if that epoch is started, forgotten if it is not
       ring_->release(task.slot);
       if (ahead_error_.empty()) {
-        ahead_error_ = fmt::format("data worker {} failed on sample {} (batch {} of epoch {}): {}",
-                                   result.worker, result.sample_index, task.batch, epoch_ + 1,
-                                   result.message);
+        ahead_error_ =
+            fmt::format("data worker {} failed on sample {} (batch {} of epoch {}): {}",
+                        result.worker, result.sample_index, task.batch, epoch_ + 1, result.message);
       }
     }
     return;

@@ -56,8 +56,8 @@ class Prefetcher {
 
  private:
   struct Staged {
-    Batch host;                          // views of a (pinned) ring slot
-    Batch device;                        // same keys, on device_, written by the copy stream
+    Batch host;                              // views of a (pinned) ring slot
+    Batch device;                            // same keys, on device_, written by the copy stream
     std::shared_ptr<c10::Event> copy_begin;  // timing events on the copy stream: before the copies
     std::shared_ptr<c10::Event> copied;      // and after them
   };

@@ -23,7 +23,8 @@ inline void remove_tree(const std::filesystem::path& path) {
       16, FTW_DEPTH | FTW_PHYS);
 }
 
-/// Removes `dir` (recursively) when the test program ends, if every test passed; tests/test_support.cpp.
+/// Removes `dir` (recursively) when the test program ends, if every test passed;
+/// tests/test_support.cpp.
 void remove_at_exit(const std::filesystem::path& dir);
 
 }  // namespace brrr::test

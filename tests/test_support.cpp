@@ -87,7 +87,8 @@ void on_fatal_signal(int sig, siginfo_t* info, void* context) {
   if (fd >= 0) {
     char buf[4096];
     ssize_t n = 0;
-    while ((n = read(fd, buf, sizeof(buf))) > 0) (void)!write(STDERR_FILENO, buf, static_cast<size_t>(n));
+    while ((n = read(fd, buf, sizeof(buf))) > 0)
+      (void)!write(STDERR_FILENO, buf, static_cast<size_t>(n));
     close(fd);
   }
   signal(sig, SIG_DFL);  // die of the same signal (exit status and core as without the handler)

@@ -179,8 +179,9 @@ std::vector<Finding> diagnose(const RunStats& s) {
     }
     if (s.copy_wait_pct && *s.copy_wait_pct >= kCopyWaitPct) {
       const bool pageable = s.pin_memory && !*s.pin_memory;
-      std::string fix = pageable ? "turn on data.pin_memory (a pageable copy cannot overlap compute)"
-                                 : "raise data.prefetch_factor";
+      std::string fix = pageable
+                            ? "turn on data.pin_memory (a pageable copy cannot overlap compute)"
+                            : "raise data.prefetch_factor";
       if (!pageable && s.prefetch_factor) {
         fix += fmt::format(" ({} → {})", *s.prefetch_factor, 2 * *s.prefetch_factor);
       }

@@ -70,7 +70,8 @@ StepBreakdown StepTimer::collect() {
     return stamps_[b].host_ms - stamps_[a].host_ms;
   };
   if (use_events_ && !stamps_.empty()) events_[stamps_.back().event_index].synchronize();
-  for (const Stamp& s : stamps_) {  // whole copies, overlapped or not (done: compute waited on them)
+  // Whole copies, overlapped or not (complete: the compute stream waited on each).
+  for (const Stamp& s : stamps_) {
     if (!s.copy_begin) continue;
     out.copy_total_ms += s.copy_begin->elapsedTime(*s.copy_end);
     out.has_copies = true;

@@ -27,12 +27,12 @@ struct StepBreakdown {
   /// CUDA only: the part of the gaps before forward passes during which the host-to-device copy
   /// of the batch was still running, i.e. copy time the compute stream could not hide.
   double copy_ms = 0;
-  double gpu_idle_ms = 0;   ///< CUDA only: compute stream idle between phases, copy_ms excluded
+  double gpu_idle_ms = 0;  ///< CUDA only: compute stream idle between phases, copy_ms excluded
   /// CUDA only: the whole copy on the side stream per step, overlapped with compute (not a phase:
   /// not part of the sum).
   double copy_total_ms = 0;
   bool has_copies = false;
-  double other_ms = 0;      ///< step_ms minus everything above (logging, callbacks, host overhead)
+  double other_ms = 0;  ///< step_ms minus everything above (logging, callbacks, host overhead)
   int64_t steps = 0;
   std::map<std::string, double> as_map() const;
 };
@@ -60,8 +60,8 @@ class StepTimer {
  private:
   struct Stamp {
     Mark mark;
-    double host_ms;      // host time since the window began
-    size_t event_index;  // into events_ (CUDA only)
+    double host_ms;                                    // host time since the window began
+    size_t event_index;                                // into events_ (CUDA only)
     std::shared_ptr<c10::Event> copy_begin, copy_end;  // kForwardBegin on CUDA: its batch's copy
   };
   double host_now_ms() const;

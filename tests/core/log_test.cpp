@@ -57,12 +57,14 @@ TEST_F(LogTest, LiveLineIsErasedAndRedrawnAroundEveryLogLine) {
   });
   const std::string stamp = R"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3})";
   const std::regex want(
-      "\\rstep 10 \\| loss 2\\.5\\x1b\\[K"                    // drawn
-      "\\r\\x1b\\[K" + stamp + " INFO  checkpoint saved\\n"   // erased, the log line
-      "step 10 \\| loss 2\\.5\\x1b\\[K"                       // redrawn below it
-      "\\rstep 20 \\| loss 2\\.1\\x1b\\[K"                    // replaced
-      "\\n"                                                   // ended: stays on screen
-      + stamp + " INFO  done\\n");                            // no live line left to redraw
+      "\\rstep 10 \\| loss 2\\.5\\x1b\\[K"  // drawn
+      "\\r\\x1b\\[K" +
+      stamp +
+      " INFO  checkpoint saved\\n"          // erased, the log line
+      "step 10 \\| loss 2\\.5\\x1b\\[K"     // redrawn below it
+      "\\rstep 20 \\| loss 2\\.1\\x1b\\[K"  // replaced
+      "\\n"                                 // ended: stays on screen
+      + stamp + " INFO  done\\n");          // no live line left to redraw
   EXPECT_TRUE(std::regex_match(out, want)) << "got: " << ::testing::PrintToString(out);
 }
 
@@ -73,7 +75,8 @@ TEST_F(LogTest, ClearedLiveLineIsNotRedrawn) {
     log::clear_live_line();  // nothing shown: no output
     log::warn("w");
   });
-  EXPECT_EQ(out.substr(0, std::string("\reval 3/20\x1b[K\r\x1b[K").size()), "\reval 3/20\x1b[K\r\x1b[K");
+  EXPECT_EQ(out.substr(0, std::string("\reval 3/20\x1b[K\r\x1b[K").size()),
+            "\reval 3/20\x1b[K\r\x1b[K");
   EXPECT_EQ(out.find("eval", 5), std::string::npos) << ::testing::PrintToString(out);
   EXPECT_NE(out.find(" WARN  w\n"), std::string::npos);
 }

@@ -175,7 +175,8 @@ TEST(DataLoaderTest, LookaheadFailureIsRaisedOnlyIfThatEpochStarts) {
   ASSERT_GE(bad, 0);
   --seed;
   auto ds = std::make_shared<testing::ThrowingDataset>(37, bad);
-  const auto options = base_options(2).seed(static_cast<int64_t>(seed)).drop_last(true).persistent_workers(true);
+  const auto options =
+      base_options(2).seed(static_cast<int64_t>(seed)).drop_last(true).persistent_workers(true);
   {
     DataLoader loader(ds, options);
     EXPECT_EQ(load_epoch(loader, 0).size(), 9u);

@@ -162,7 +162,7 @@ TEST(ImageDecodeTest, RegionDecodeAtReducedScaleIsFaithful) {
     EXPECT_LT(region.scale_num, 8);
     EXPECT_TRUE(region.scale_num == 1 || region.scale_num == 2 || region.scale_num == 4);
     EXPECT_GE(rect.height * region.scale_num, out * 8);  // enough resolution was kept
-    if (region.scale_num > 1) {                           // and the next smaller scale had too little
+    if (region.scale_num > 1) {  // and the next smaller scale had too little
       EXPECT_LT(rect.height * (region.scale_num / 2), out * 8);
     }
     at::Tensor fast = resize_jpeg_region(region, out, out).to(at::kFloat);

@@ -105,7 +105,8 @@ std::vector<std::string> ops_run_by(Fn&& fn) {
   std::vector<std::string> names;
   sink = &names;
   const at::CallbackHandle handle = at::addThreadLocalCallback(
-      at::RecordFunctionCallback([](const at::RecordFunction& f) -> std::unique_ptr<at::ObserverContext> {
+      at::RecordFunctionCallback([](const at::RecordFunction& f)
+                                     -> std::unique_ptr<at::ObserverContext> {
         if (sink != nullptr) sink->emplace_back(f.name());
         return nullptr;
       }).scopes({at::RecordScope::FUNCTION}));
