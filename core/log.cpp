@@ -46,6 +46,12 @@ void put(std::string_view text) {
   std::fwrite(text.data(), 1, text.size(), stderr);
 }
 
+// Back to column 0 and erase the line. Caller holds write_mutex().
+void erase_line() {
+  put("\r");
+  put(kEraseToEnd);
+}
+
 const char* level_name(Level level) {
   switch (level) {
     case Level::kDebug: return "DEBUG";
@@ -83,10 +89,7 @@ void write(Level lvl, std::string_view message) {
   const std::string line = fmt::format("{}.{:03d} {} {}\n", stamp, millis, level_name(lvl), message);
   std::lock_guard<std::mutex> lock(write_mutex());
   const std::string& live = live_line();
-  if (!live.empty()) {  // erase, write, redraw
-    put("\r");
-    put(kEraseToEnd);
-  }
+  if (!live.empty()) erase_line();  // erase, write, redraw
   put(line);
   if (!live.empty()) {
     put(live);
@@ -114,8 +117,7 @@ void clear_live_line() {
   std::lock_guard<std::mutex> lock(write_mutex());
   if (live_line().empty()) return;
   live_line().clear();
-  put("\r");
-  put(kEraseToEnd);
+  erase_line();
   std::fflush(stderr);
 }
 

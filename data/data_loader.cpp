@@ -233,46 +233,37 @@ Batch DataLoader::next_from_workers() {
   }
 }
 
-void DataLoader::send(int64_t worker, int64_t slot, int64_t epoch, int64_t batch,
-                      const std::vector<int64_t>& indices, int64_t generation) {
-  WorkerTask task;
-  task.seq = next_seq_++;
-  task.slot = slot;
-  task.epoch = epoch;
-  task.batch = batch;
-  const auto first = indices.begin() + batch * options_.batch_size();
-  task.indices.assign(first, first + rows_of(batch));
-  in_flight_[task.seq] = InFlight{batch, slot, worker, generation};
-  pool_->send(worker, task);
+// Sends batches [sent, batches_per_epoch_) of `epoch`, round robin as PyTorch, while the worker
+// has room (prefetch_factor) and the ring a free slot. True once every batch has been sent.
+bool DataLoader::send_batches(int64_t& sent, int64_t epoch, const std::vector<int64_t>& indices,
+                              int64_t generation) {
+  const int64_t workers = options_.num_workers();
+  for (; sent < batches_per_epoch_; ++sent) {
+    const int64_t worker = sent % workers;
+    if (pool_->outstanding(worker) >= options_.prefetch_factor()) return false;
+    const std::optional<int64_t> slot = ring_->acquire();
+    if (!slot) return false;
+    WorkerTask task;
+    task.seq = next_seq_++;
+    task.slot = *slot;
+    task.epoch = epoch;
+    task.batch = sent;
+    const auto first = indices.begin() + sent * options_.batch_size();
+    task.indices.assign(first, first + rows_of(sent));
+    in_flight_[task.seq] = InFlight{sent, *slot, worker, generation};
+    pool_->send(worker, task);
+  }
+  return true;
 }
 
 void DataLoader::dispatch() {
-  const int64_t workers = options_.num_workers();
-  while (next_send_ < batches_per_epoch_) {
-    const int64_t worker = next_send_ % workers;  // round robin, as PyTorch
-    if (pool_->outstanding(worker) >= options_.prefetch_factor()) return;
-    const std::optional<int64_t> slot = ring_->acquire();
-    if (!slot) return;
-    send(worker, *slot, epoch_, next_send_, indices_, generation_);
-    ++next_send_;
-  }
-  if (options_.persistent_workers()) dispatch_ahead();
-}
-
-// Every batch of this epoch is sent: keep the workers busy with the next epoch's first batches,
-// which start_epoch(epoch_ + 1) adopts. Sample order and augmentation are functions of (seed,
-// epoch, index), so they are the batches that epoch would load anyway.
-void DataLoader::dispatch_ahead() {
-  const int64_t workers = options_.num_workers();
-  while (ahead_sent_ < batches_per_epoch_) {
-    const int64_t worker = ahead_sent_ % workers;
-    if (pool_->outstanding(worker) >= options_.prefetch_factor()) return;
-    if (ahead_indices_.empty()) ahead_indices_ = checked_indices(epoch_ + 1);
-    const std::optional<int64_t> slot = ring_->acquire();
-    if (!slot) return;
-    send(worker, *slot, epoch_ + 1, ahead_sent_, ahead_indices_, generation_ + 1);
-    ++ahead_sent_;
-  }
+  if (!send_batches(next_send_, epoch_, indices_, generation_)) return;
+  if (!options_.persistent_workers()) return;
+  // Every batch of this epoch is sent: keep the workers busy with the next epoch's first batches,
+  // which start_epoch(epoch_ + 1) adopts. Sample order and augmentation are functions of (seed,
+  // epoch, index), so they are the batches that epoch would load anyway.
+  if (ahead_indices_.empty()) ahead_indices_ = checked_indices(epoch_ + 1);
+  send_batches(ahead_sent_, epoch_ + 1, ahead_indices_, generation_ + 1);
 }
 
 void DataLoader::handle_result(const WorkerResult& result) {

@@ -125,10 +125,9 @@ class DataLoader {
   Batch next_in_process();
   Batch next_from_workers();
   void dispatch();
-  void dispatch_ahead();
   std::vector<int64_t> checked_indices(int64_t epoch) const;
-  void send(int64_t worker, int64_t slot, int64_t epoch, int64_t batch,
-            const std::vector<int64_t>& indices, int64_t generation);
+  bool send_batches(int64_t& sent, int64_t epoch, const std::vector<int64_t>& indices,
+                    int64_t generation);
   void handle_result(const WorkerResult& result);
   Batch hand_out(int64_t slot);
   int64_t rows_of(int64_t batch) const;

@@ -67,6 +67,15 @@ std::string signal_name(int sig) {
   return abbrev != nullptr ? fmt::format("SIG{}", abbrev) : "unknown signal";
 }
 
+// SIGINT and SIGTERM: blocked across fork() until the child has set its own dispositions.
+sigset_t startup_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  return set;
+}
+
 // The body of a worker process. Never returns.
 [[noreturn]] void worker_main(int64_t id, int fd, pid_t parent, const std::vector<int>& close_fds,
                               const Dataset& dataset, const BatchLayout& layout, char* ring_base,
@@ -78,10 +87,7 @@ std::string signal_name(int sig) {
   signal(SIGPIPE, SIG_IGN);
   // fork() ran with SIGINT and SIGTERM blocked (see start_worker): a Ctrl-C that arrived before
   // the lines above is discarded now instead of killing the worker with the parent's disposition.
-  sigset_t startup;
-  sigemptyset(&startup);
-  sigaddset(&startup, SIGINT);
-  sigaddset(&startup, SIGTERM);
+  const sigset_t startup = startup_signals();
   pthread_sigmask(SIG_UNBLOCK, &startup, nullptr);
   for (int other : close_fds) close(other);
   try {
@@ -154,10 +160,8 @@ void WorkerPool::spawn(int64_t id, const Dataset& dataset, const BatchLayout& la
   std::vector<int> close_fds = g_parent_fds;
   close_fds.push_back(fds[0]);
   // The child starts with SIGINT and SIGTERM blocked until it has set its own dispositions.
-  sigset_t startup, previous;
-  sigemptyset(&startup);
-  sigaddset(&startup, SIGINT);
-  sigaddset(&startup, SIGTERM);
+  const sigset_t startup = startup_signals();
+  sigset_t previous;
   pthread_sigmask(SIG_BLOCK, &startup, &previous);
   const pid_t pid = fork();
   if (pid == 0) {

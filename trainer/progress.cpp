@@ -109,7 +109,6 @@ void ProgressLine::update(const ProgressStats& stats) {
     return;
   }
   log::set_live_line(fitted_text());
-  shown_ = true;
 }
 
 void ProgressLine::log(log::Level level, std::string_view message) {
@@ -117,19 +116,9 @@ void ProgressLine::log(log::Level level, std::string_view message) {
   if (log::level() <= level) log::write(level, message);
 }
 
-void ProgressLine::clear() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (!shown_) return;
-  log::clear_live_line();
-  shown_ = false;
-}
+void ProgressLine::clear() { log::clear_live_line(); }  // no-op when nothing is shown
 
-void ProgressLine::finish() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (!shown_) return;
-  log::end_live_line();
-  shown_ = false;
-}
+void ProgressLine::finish() { log::end_live_line(); }
 
 std::string ProgressLine::fitted_text() const {
   // One column short of the width: writing the last column makes some terminals wrap, and a

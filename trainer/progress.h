@@ -89,7 +89,6 @@ class ProgressLine {
   size_t width_ = 80;
   mutable std::mutex mutex_;
   std::string text_;    // last formatted line
-  bool shown_ = false;  // text_ is currently drawn on the terminal
   std::chrono::steady_clock::time_point last_time_;
   int64_t last_step_ = 0;
   std::optional<double> secs_per_step_;  // exponential moving average
