@@ -245,9 +245,14 @@ stage_autotune() {
   need_data || return 1
   local d=$RES/autotune rc=0 name
   mkdir -p "$d"
-  run "$BUILD_DIR/trainer" --config configs/blog/05_large_batch.yaml --set run.name=auto_workers \
-    --set run.output_dir=runs/gpu_check --set data.num_workers=auto --set train.max_steps=60 \
-    2>&1 | tee "$d/auto_workers.log" || rc=1
+  local b
+  for b in 256 64; do  # the count chosen must leave no data wait (steady data_wait_pct in the summary)
+    rm -rf "runs/gpu_check/auto_workers_b$b"
+    run "$BUILD_DIR/trainer" --config configs/blog/05_large_batch.yaml --set run.name="auto_workers_b$b" \
+      --set run.output_dir=runs/gpu_check --set data.num_workers=auto --set data.batch_size=$b \
+      --set train.max_steps=$(( b == 64 ? 200 : 60 )) 2>&1 | tee "$d/auto_workers_b$b.log" || rc=1
+  done
+  rm -rf runs/gpu_check/auto_batch_resnet runs/gpu_check/auto_batch_gpt
   run "$BUILD_DIR/trainer" --config configs/blog/04_bf16.yaml --set run.name=auto_batch_resnet \
     --set run.output_dir=runs/gpu_check --set data.batch_size=auto --set data.num_workers=16 \
     --set train.max_steps=40 --set schedule.warmup_steps=5 2>&1 | tee "$d/auto_batch_resnet.log" || rc=1
@@ -255,10 +260,10 @@ stage_autotune() {
     --set run.output_dir=runs/gpu_check --set data.batch_size=auto --set train.grad_accum_steps=1 \
     --set train.max_steps=40 --set schedule.warmup_steps=5 --set train.eval_every=0 \
     --set train.eval_steps=1 2>&1 | tee "$d/auto_batch_gpt.log" || rc=1
-  for name in auto_workers auto_batch_resnet auto_batch_gpt; do
+  for name in auto_workers_b256 auto_workers_b64 auto_batch_resnet auto_batch_gpt; do
     keep_run "runs/gpu_check/$name" "$d/runs/$name"
   done
-  grep -h "auto ->" "$d"/*.log > "$d/choices.txt"
+  grep -h "auto ->\|^.*done:" "$d"/*.log > "$d/choices.txt"
   cat "$d/choices.txt"
   return $rc
 }

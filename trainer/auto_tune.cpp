@@ -47,21 +47,27 @@ WorkerChoice choose_num_workers(double step_seconds, int64_t max_workers,
 
 double measure_loader(const DatasetPtr& dataset, const DataLoaderOptions& options,
                       int64_t batches) {
+  TORCH_CHECK(batches > 0, "measure_loader: batches must be > 0, got ", batches);
   DataLoader loader(dataset, options);
-  loader.start_epoch(0, 0);
-  const int64_t warmup = std::max<int64_t>(1, options.num_workers());
-  const int64_t total = std::min(loader.batches_per_epoch(), warmup + batches);
-  TORCH_CHECK(total > warmup, "measure_loader: the data set has too few batches (",
-              loader.batches_per_epoch(), ") to measure ", batches, " after ", warmup, " warm-up");
-  for (int64_t i = 0; i < warmup; ++i) loader.next();
+  TORCH_CHECK(loader.batches_per_epoch() > 0, "measure_loader: the data set gives no batch (",
+              dataset->describe(), ")");
+  int64_t epoch = 0;
+  loader.start_epoch(epoch, 0);
+  auto next = [&] {
+    while (!loader.next()) loader.start_epoch(++epoch, 0);
+  };
+  const int64_t warmup = options.num_workers() * options.prefetch_factor() + 1;
+  for (int64_t i = 0; i < warmup; ++i) next();
   const auto t0 = std::chrono::steady_clock::now();
-  for (int64_t i = warmup; i < total; ++i) loader.next();
+  for (int64_t i = 0; i < batches; ++i) next();
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return static_cast<double>(total - warmup) / s;
+  return static_cast<double>(batches) / s;
 }
 
 BatchChoice find_max_batch_size(const std::function<void(int64_t)>& try_step, int64_t start,
-                                int64_t limit) {
+                                int64_t limit, double headroom) {
+  TORCH_CHECK(headroom >= 0 && headroom < 1, "find_max_batch_size: headroom must be in [0, 1), got ",
+              headroom);
   auto round8 = [](int64_t b) { return std::max<int64_t>(8, b / 8 * 8); };
   auto fits = [&](int64_t b) {
     try {
@@ -80,20 +86,31 @@ BatchChoice find_max_batch_size(const std::function<void(int64_t)>& try_step, in
     }
     good = b;
   }
+  if (bad == 0 && good < round8(limit)) {  // doubling stepped over the limit: try the limit
+    (fits(round8(limit)) ? good : bad) = round8(limit);
+  }
   if (good == 0) {
     if (bad == 8 || !fits(8))
       throw Error("data.batch_size: auto: even a batch of 8 does not fit in device memory");
     good = 8;
   }
-  if (bad == 0) {
-    return {good, fmt::format("batch {} fits and the search limit is {}", good, limit)};
-  }
-  while (bad - good > 8) {  // bisection over multiples of 8
+  while (bad != 0 && bad - good > 8) {  // bisection over multiples of 8
     const int64_t mid = round8((good + bad) / 2);
     if (mid <= good) break;
     (fits(mid) ? good : bad) = mid;
   }
-  return {good, fmt::format("batch {} fits in device memory, {} does not", good, bad)};
+  BatchChoice choice;
+  choice.largest_fit = good;
+  if (bad == 0) {  // memory was not the bound: nothing to keep headroom for
+    choice.batch_size = good;
+    choice.reason = fmt::format("batch {} fits and is the search limit", good);
+    return choice;
+  }
+  choice.batch_size = round8(static_cast<int64_t>(static_cast<double>(good) * (1.0 - headroom)));
+  choice.reason = fmt::format(
+      "batch {} fits in device memory, {} does not; {:.0f}% of {} kept as headroom for the run",
+      good, bad, 100.0 * headroom, good);
+  return choice;
 }
 
 }  // namespace brrr

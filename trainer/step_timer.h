@@ -1,10 +1,20 @@
 #pragma once
 // Where a training step's time goes, measured without adding host-device syncs.
 //
-// On CUDA, phase boundaries are timing events recorded on the compute stream; they are read only in
-// collect(), which the trainer calls on logging steps (where it syncs anyway). Host-side waits (the
-// data loader) are host clock intervals. On CPU every phase is a host clock interval (the work is
-// synchronous there). Invariant: the phases of a step plus `other` sum to the step's wall time.
+// A window is the steps between two collect() calls (a logging interval); step_ms is its wall time
+// (from the first step_begin() to the end of collect()'s sync) per step.
+//
+// On CUDA, phase boundaries are timing events recorded on the compute stream, plus one at the
+// window's start; they are read only in collect(), which the trainer calls on logging steps (where
+// it syncs anyway). The GPU timeline of the window is then cut into forward, backward, optimizer
+// and the gaps before each forward; a gap is booked as `copy` while the batch's host-to-device copy
+// was still running, as `data_wait` for as long as the host was waiting for that batch, and as
+// `gpu_idle` beyond that. A host data wait the GPU did not notice (it was busy with queued work) is
+// not a phase: it costs nothing. On CPU every phase is a host clock interval (the work is
+// synchronous there) and data_wait is the host's wait.
+//
+// Invariant: the phases plus `other` (the rest of the wall time: host work the GPU could not hide,
+// logging, callbacks) sum to step_ms.
 #include <c10/core/Device.h>
 #include <c10/core/Event.h>
 
@@ -19,8 +29,9 @@ namespace brrr {
 
 /// Mean milliseconds per optimizer step over one logging window.
 struct StepBreakdown {
-  double step_ms = 0;       ///< host wall time per step (end to end)
-  double data_wait_ms = 0;  ///< host blocked on the loader/prefetcher
+  double step_ms = 0;  ///< wall time of the window per step
+  /// CPU: host blocked on the loader. CUDA: the part of that wait the GPU sat idle for.
+  double data_wait_ms = 0;
   double forward_ms = 0;
   double backward_ms = 0;
   double optimizer_ms = 0;  ///< unscale, clip, step, zero_grad
@@ -43,25 +54,27 @@ class StepTimer {
 
   explicit StepTimer(c10::Device device);
 
-  /// Starts a step (host clock). Call before fetching the first micro-batch.
+  /// Starts a step. Call before fetching the first micro-batch. The first step of a window also
+  /// starts the window (host clock and, on CUDA, an event on the current stream).
   void step_begin();
-  /// Host time spent waiting for data in this step, in seconds (added, per micro-batch).
+  /// Host time spent waiting for the micro-batch the next kForwardBegin starts on, in seconds.
   void add_data_wait(double seconds);
   /// Records a phase boundary: an event on the current CUDA stream, or the host clock on CPU.
   void mark(Mark mark);
   /// The copy events (Prefetcher::last_copy_events) of the batch the next kForwardBegin starts on.
   void set_copy_events(std::pair<std::shared_ptr<c10::Event>, std::shared_ptr<c10::Event>> copy);
-  /// Ends the step (host clock).
+  /// Ends the step.
   void step_end();
-  /// Averages the window since the last collect() and starts a new one. Syncs on the last
-  /// recorded event (CUDA) — call only on logging steps.
+  /// Averages the window since the last collect(); the next step_begin() starts a new one. Syncs
+  /// on the last recorded event (CUDA) — call only on logging steps.
   StepBreakdown collect();
 
  private:
   struct Stamp {
     Mark mark;
-    double host_ms;                                    // host time since the window began
-    size_t event_index;                                // into events_ (CUDA only)
+    double host_ms;       // host time since the window began
+    size_t event_index;   // into events_ (CUDA only; events_[0] is the window's start)
+    double data_wait_ms;  // kForwardBegin: the host's wait for its batch
     std::shared_ptr<c10::Event> copy_begin, copy_end;  // kForwardBegin on CUDA: its batch's copy
   };
   double host_now_ms() const;
@@ -69,12 +82,12 @@ class StepTimer {
 
   c10::Device device_;
   bool use_events_;
+  bool window_open_ = false;
   std::chrono::steady_clock::time_point window_start_;
   std::vector<c10::Event> events_;  // reused across windows
   std::vector<Stamp> stamps_;       // this window's marks, in order
   std::pair<std::shared_ptr<c10::Event>, std::shared_ptr<c10::Event>> pending_copy_;
-  double step_begin_ms_ = 0;
-  double step_total_ms_ = 0;
+  double pending_wait_ms_ = 0;
   double data_wait_ms_ = 0;
   int64_t steps_ = 0;
 };

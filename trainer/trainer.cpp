@@ -225,14 +225,31 @@ void Trainer::auto_tune() {
     } else {
       int64_t param_bytes = 0;
       for (const auto& p : params_) param_bytes += p.numel() * p.element_size();
-      const auto choice = find_max_batch_size(
-          [&](int64_t b) {
-            // Room for the optimizer's state (two moments), which the probe does not allocate.
-            const at::Tensor reserve = at::empty({2 * param_bytes}, at::TensorOptions(at::kByte).device(device_));
-            probe_step(b);
-            sync();
-          },
-          8, 4096);
+      int64_t sample_bytes = 0;  // one example as the loader delivers it
+      Rng rng(0);
+      for (const auto& [key, value] : train_set_->get(0, rng)) sample_bytes += static_cast<int64_t>(value.nbytes());
+      // cuDNN's autotuner would benchmark every convolution again at every trial size (minutes
+      // for a ResNet); the heuristic algorithms are enough to see what fits.
+      const bool benchmark = at::globalContext().benchmarkCuDNN();
+      at::globalContext().setBenchmarkCuDNN(false);
+      BatchChoice choice;
+      try {
+        choice = find_max_batch_size(
+            [&](int64_t b) {
+              // Room for the optimizer's state (two moments), which the trial does not allocate,
+              // and for two more batches: the prefetcher's next one and the previous one, whose
+              // memory the allocator frees only once the step that used it is done.
+              const at::Tensor reserve = at::empty({2 * param_bytes + 2 * b * sample_bytes},
+                                                   at::TensorOptions(at::kByte).device(device_));
+              probe_step(b);
+              sync();
+            },
+            8, 4096);
+      } catch (...) {
+        at::globalContext().setBenchmarkCuDNN(benchmark);
+        throw;
+      }
+      at::globalContext().setBenchmarkCuDNN(benchmark);
       detail::cuda_empty_cache();
       d.batch_size = choice.batch_size;
       log::info("data.batch_size: auto -> {} ({}, precision {})", d.batch_size, choice.reason,
@@ -255,8 +272,12 @@ void Trainer::auto_tune() {
                          .num_workers(n)
                          .prefetch_factor(d.prefetch_factor)
                          .drop_last(true)
+                         .persistent_workers(true)
+                         .pin_memory(d.pin_memory)
+                         .device(device_)
                          .seed(config_.run.seed);
-      return measure_loader(train_set_, options, std::max<int64_t>(8, 2 * n));
+      // Two rounds of the ring after the warm-up; at least 8 batches.
+      return measure_loader(train_set_, options, std::max<int64_t>(8, 2 * n * d.prefetch_factor));
     });
     std::string table;
     for (const auto& t : choice.trials) table += fmt::format(" {}:{:.1f}", t.num_workers, t.batches_per_s);

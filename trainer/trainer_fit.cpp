@@ -237,7 +237,10 @@ void Trainer::log_step(LogWindow& window) {
   record["samples_per_s"] = static_cast<double>(window.examples) / elapsed;
   record["tokens_per_s"] = static_cast<double>(window.tokens) / elapsed;
   record["step_time_ms"] = breakdown.step_ms;
-  record["data_wait_pct"] = 100.0 * window.data_wait_s / elapsed;
+  // The time the device sat idle waiting for data (on CUDA a host wait hidden behind queued GPU
+  // work costs nothing and is not counted), and beside it the host's whole wait.
+  record["data_wait_pct"] = breakdown.step_ms > 0 ? 100.0 * breakdown.data_wait_ms / breakdown.step_ms : 0.0;
+  record["host_data_wait_pct"] = 100.0 * window.data_wait_s / elapsed;
   record["host_syncs_per_step"] = static_cast<double>(window_syncs_) / static_cast<double>(window.steps);
   if (scaler_->enabled()) record["loss_scale"] = scaler_->scale_value();
   for (const auto& [name, ms] : breakdown.as_map()) record["breakdown_ms/" + name] = ms;

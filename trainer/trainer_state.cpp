@@ -169,33 +169,42 @@ void Trainer::write_summary() {
   Metrics s;
   s["step"] = static_cast<double>(step_);
   s["time_s"] = elapsed;
-  // Steady-state rates: the median over logging windows after the first (which holds start-up:
-  // worker start, cuDNN autotuning, allocator growth); the whole-run averages are kept beside them.
-  auto steady = [this](const std::string& key) {
+  // Steady state: the logging windows after the first (which holds start-up: worker start, cuDNN
+  // autotuning, allocator growth); with a single window, that one. Rates are their median, the
+  // data wait their mean, GPU utilisation the samples inside them; whole-run values are kept beside.
+  std::vector<const Metrics*> windows;
+  for (const auto& r : history_) {
+    if (r.count("loss") && r.count("samples_per_s")) windows.push_back(&r);
+  }
+  double steady_from_s = 0;  // where the steady windows begin: the end of the first window
+  if (windows.size() > 1) {
+    steady_from_s = windows.front()->at("time_s");
+    windows.erase(windows.begin());
+  }
+  auto median = [&](const std::string& key) {
     std::vector<double> v;
-    for (const auto& r : history_) {
-      auto it = r.find(key);
-      if (it != r.end() && r.count("loss")) v.push_back(it->second);
-    }
-    if (v.size() > 1) v.erase(v.begin());
+    for (const Metrics* r : windows) v.push_back(r->at(key));
     if (v.empty()) return 0.0;
     std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
     return v[v.size() / 2];
   };
-  s["samples_per_s"] = steady("samples_per_s");
-  s["tokens_per_s"] = steady("tokens_per_s");
+  auto mean = [&](const std::string& key) {
+    double sum = 0;
+    int64_t n = 0;
+    for (const Metrics* r : windows) {
+      if (auto it = r->find(key); it != r->end()) {
+        sum += it->second;
+        ++n;
+      }
+    }
+    return n ? sum / static_cast<double>(n) : 0.0;
+  };
+  s["samples_per_s"] = median("samples_per_s");
+  s["tokens_per_s"] = median("tokens_per_s");
   s["samples_per_s_overall"] = static_cast<double>(examples_seen_) / elapsed;
   s["tokens_per_s_overall"] = static_cast<double>(tokens_seen_) / elapsed;
-  double wait_pct_sum = 0;
-  int64_t wait_n = 0;
-  for (const auto& r : history_) {
-    auto it = r.find("data_wait_pct");
-    if (it != r.end()) {
-      wait_pct_sum += it->second;
-      ++wait_n;
-    }
-  }
-  s["data_wait_pct"] = wait_n ? wait_pct_sum / static_cast<double>(wait_n) : 0.0;
+  s["data_wait_pct"] = mean("data_wait_pct");
+  s["host_data_wait_pct"] = mean("host_data_wait_pct");
   s["num_workers"] = static_cast<double>(config_.data.num_workers);
   s["pin_memory"] = config_.data.pin_memory ? 1.0 : 0.0;
   s["prefetch_factor"] = static_cast<double>(config_.data.prefetch_factor);
@@ -208,10 +217,21 @@ void Trainer::write_summary() {
                                              {"device_name", device_name(device_)},
                                              {"precision", config_.train.precision}};
   if (gpu_monitor_ && gpu_monitor_->available()) {
-    const GpuSummary g = gpu_monitor_->summary();
+    const std::vector<GpuSample> samples = gpu_monitor_->samples();
+    const GpuSummary whole = summarize_gpu_samples(samples);
+    std::vector<GpuSample> steady;
+    if (!windows.empty()) {
+      const double to = windows.back()->at("time_s");
+      for (const auto& g : samples) {
+        if (g.t_s >= steady_from_s && g.t_s <= to) steady.push_back(g);
+      }
+    }
+    const GpuSummary g = steady.size() >= 3 ? summarize_gpu_samples(steady) : whole;
     s["gpu_util_mean"] = g.util_mean;
     s["gpu_util_p10"] = g.util_p10;
-    s["gpu_mem_used_pct"] = g.mem_total_mib > 0 ? 100.0 * g.mem_used_max_mib / g.mem_total_mib : 0.0;
+    s["gpu_util_mean_overall"] = whole.util_mean;
+    s["gpu_util_p10_overall"] = whole.util_p10;
+    s["gpu_mem_used_pct"] = whole.mem_total_mib > 0 ? 100.0 * whole.mem_used_max_mib / whole.mem_total_mib : 0.0;
   }
   if (device_.is_cuda()) {
     s["mem_peak_mib"] = detail::cuda_peak_memory_mib(device_.index());

@@ -1,5 +1,5 @@
-// The step-time breakdown on the CPU path (host clocks): phases are attributed to the right
-// bucket and, with `other`, sum to the measured step time. The Kineto trace recorder writes a
+// The step-time breakdown: phases are attributed to the right bucket and, with `other`, sum to the
+// window's wall time per step, on the CPU path (host clocks) and on CUDA (events; GPU machine). The Kineto trace recorder writes a
 // Chrome trace that names the ops it saw.
 #include <gtest/gtest.h>
 
@@ -37,9 +37,9 @@ TEST(StepTimerTest, PhasesSumToTheStepTimeOnCpu) {
     return std::chrono::duration<double, std::milli>(b - a).count();
   };
   StepTimer timer(c10::Device(c10::kCPU));
-  double forward = 0, backward = 0, optimizer = 0, step = 0;
+  double forward = 0, backward = 0, optimizer = 0;
+  const auto window_begin = Clock::now();
   for (int s = 0; s < 3; ++s) {
-    const auto begin = Clock::now();
     timer.step_begin();
     busy_for(4);  // waiting for data
     timer.add_data_wait(0.004);
@@ -62,8 +62,8 @@ TEST(StepTimerTest, PhasesSumToTheStepTimeOnCpu) {
     optimizer += ms_between(last, o1);
     busy_for(2);  // logging, callbacks
     timer.step_end();
-    step += ms_between(begin, Clock::now());
   }
+  const double step = ms_between(window_begin, Clock::now());  // the window's wall time
   const StepBreakdown b = timer.collect();
   EXPECT_EQ(b.steps, 3);
   constexpr double kSlack = 0.5;  // ms per step: the clock reads the test and the timer do apart
@@ -122,6 +122,79 @@ TEST(StepTimerTest, CudaCopyTheComputeStreamWaitsForIsCopyTime) {
   EXPECT_GT(b.copy_ms, 0.8 * b.copy_total_ms);
   EXPECT_LT(b.gpu_idle_ms, b.copy_ms);
   EXPECT_EQ(b.as_map().count("copy"), 1u);
+}
+
+// Sleeps of the host between steps while the GPU is idle: the part reported as a data wait is
+// data_wait, the rest gpu_idle; the phases are the GPU's and everything sums to the wall time. Then
+// the same wait while the GPU is still busy with queued work: hidden, so no data_wait at all.
+TEST(StepTimerTest, CudaGapsAreDataWaitOrIdleAndEverythingSumsToTheWallTime) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
+  const c10::Device device(c10::kCUDA, 0);
+  c10::impl::VirtualGuardImpl impl(c10::kCUDA);
+  const at::Tensor a = at::randn({4096, 4096}, at::TensorOptions().device(device));
+  auto gpu_work = [&](int matmuls) {
+    at::Tensor x = a;
+    for (int i = 0; i < matmuls; ++i) x = at::mm(x, a).div_(64.0);
+    return x;
+  };
+  auto sleep_ms = [](int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); };
+  auto sum_of_phases = [](const StepBreakdown& b) {
+    return b.data_wait_ms + b.copy_ms + b.gpu_idle_ms + b.forward_ms + b.backward_ms + b.optimizer_ms;
+  };
+  gpu_work(2);
+  impl.synchronizeDevice(0);
+
+  StepTimer timer(device);
+  for (int s = 0; s < 3; ++s) {
+    timer.step_begin();
+    impl.synchronizeDevice(0);  // the GPU is idle from here on until the forward
+    sleep_ms(5);
+    timer.add_data_wait(0.005);
+    sleep_ms(3);  // host work that is not a data wait (prepare_batch, launches)
+    timer.mark(StepTimer::Mark::kForwardBegin);
+    gpu_work(3);
+    timer.mark(StepTimer::Mark::kForwardEnd);
+    gpu_work(3);
+    timer.mark(StepTimer::Mark::kBackwardEnd);
+    gpu_work(1);
+    timer.mark(StepTimer::Mark::kOptimizerEnd);
+    timer.step_end();
+  }
+  const StepBreakdown idle = timer.collect();
+  EXPECT_EQ(idle.steps, 3);
+  EXPECT_NEAR(idle.data_wait_ms, 5.0, 1e-6);  // all of it: the gap was longer than the wait
+  EXPECT_GT(idle.gpu_idle_ms, 2.9);
+  EXPECT_LT(idle.gpu_idle_ms, 6.0);  // the 3 ms plus sync and launch latency
+  EXPECT_GT(idle.forward_ms, 0.5);
+  EXPECT_GT(idle.backward_ms, 0.5);
+  EXPECT_LE(sum_of_phases(idle), idle.step_ms + 0.1);
+  EXPECT_LT(idle.other_ms, 1.0);
+  EXPECT_NEAR(sum_of_phases(idle) + idle.other_ms, idle.step_ms, 0.1);
+
+  for (int s = 0; s < 3; ++s) {
+    timer.step_begin();
+    if (s == 0) {
+      timer.mark(StepTimer::Mark::kForwardBegin);
+      gpu_work(60);  // tens of ms of queued work
+      timer.mark(StepTimer::Mark::kForwardEnd);
+      timer.mark(StepTimer::Mark::kBackwardEnd);
+      timer.mark(StepTimer::Mark::kOptimizerEnd);
+      timer.step_end();
+      continue;
+    }
+    sleep_ms(2);  // the GPU is still busy with the 60 matmuls
+    timer.add_data_wait(0.002);
+    timer.mark(StepTimer::Mark::kForwardBegin);
+    timer.mark(StepTimer::Mark::kForwardEnd);
+    timer.mark(StepTimer::Mark::kBackwardEnd);
+    timer.mark(StepTimer::Mark::kOptimizerEnd);
+    timer.step_end();
+  }
+  const StepBreakdown hidden = timer.collect();
+  EXPECT_LT(hidden.data_wait_ms, 0.05);
+  EXPECT_LT(hidden.gpu_idle_ms, 0.05);
+  EXPECT_GT(hidden.forward_ms * 3, 10.0);
+  EXPECT_NEAR(sum_of_phases(hidden) + hidden.other_ms, hidden.step_ms, 0.1);
 }
 
 TEST(TraceRecorderTest, WritesAChromeTraceOfTheRecordedOps) {
