@@ -192,9 +192,8 @@ void Trainer::build_data() {
   }
 }
 
-// One forward+backward on a batch of `batch_size` copies of example 0, on the device (no optimizer
-// step, so the weights are untouched). Used by the auto-tuners.
-void Trainer::probe_step(int64_t batch_size) {
+// A batch of `batch_size` copies of example 0 on the device, prepared as a training batch is.
+Batch Trainer::probe_batch(int64_t batch_size) {
   Rng rng(0);
   const Sample spec = train_set_->get(0, rng);
   Batch batch;
@@ -203,7 +202,11 @@ void Trainer::probe_step(int64_t batch_size) {
     shape.insert(shape.end(), value.sizes().begin(), value.sizes().end());
     batch[key] = value.unsqueeze(0).expand(shape).contiguous().to(device_);
   }
-  batch = prepare_batch(std::move(batch));
+  return prepare_batch(std::move(batch));
+}
+
+// One forward+backward (no optimizer step, so the weights are untouched). Used by the auto-tuners.
+void Trainer::probe_step(const Batch& batch) {
   StepOutput out;
   {
     AutocastGuard autocast(precision_, device_);
@@ -241,7 +244,7 @@ void Trainer::auto_tune() {
               // memory the allocator frees only once the step that used it is done.
               const at::Tensor reserve = at::empty({2 * param_bytes + 2 * b * sample_bytes},
                                                    at::TensorOptions(at::kByte).device(device_));
-              probe_step(b);
+              probe_step(probe_batch(b));
               sync();
             },
             8, 4096);
@@ -257,11 +260,12 @@ void Trainer::auto_tune() {
     }
   }
   if (d.num_workers < 0) {
-    probe_step(d.batch_size);  // warm-up (kernels, allocator)
+    const Batch batch = probe_batch(d.batch_size);
+    probe_step(batch);  // warm-up (cuDNN autotuning, allocator)
     sync();
     const auto t0 = std::chrono::steady_clock::now();
     const int kSteps = 3;
-    for (int i = 0; i < kSteps; ++i) probe_step(d.batch_size);
+    for (int i = 0; i < kSteps; ++i) probe_step(batch);
     sync();
     const double step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / kSteps;
     const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());

@@ -115,7 +115,8 @@ class Trainer {
   void use_channels_last_if_useful();
   /// Resolves data.batch_size: auto and data.num_workers: auto by measuring (see auto_tune.h).
   void auto_tune();
-  void probe_step(int64_t batch_size);
+  Batch probe_batch(int64_t batch_size);
+  void probe_step(const Batch& batch);
   std::optional<Batch> next_train_batch(double* wait_seconds);
   void train_one_step(LogWindow& window);
   void log_step(LogWindow& window);

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <thread>
 
 #include "core/config.h"
 #include "core/error.h"
@@ -213,6 +214,33 @@ TEST(TrainerTest, EarlyStoppingStopsAfterPatienceEvaluations) {
   trainer.fit();
   // Evaluations at steps 2 (best), 4 (bad 1), 6 (bad 2 -> stop).
   EXPECT_EQ(trainer.step(), 6);
+}
+
+// On the CPU there is no device memory to measure: data.batch_size: auto falls back to 64 and says
+// so. data.num_workers: auto measures the real loader (forked workers included) against a real
+// probe step and prints the choice with the measurements; the run then uses both.
+TEST(TrainerTest, AutoTunersOnCpuChooseAndSayWhy) {
+  ExperimentConfig c = base_config(temp_dir("auto"));
+  c.data.batch_size = 0;
+  c.data.num_workers = -1;
+  c.train.max_steps = 3;
+  BlobTrainer trainer(c, 640);
+  testing::internal::CaptureStderr();
+  trainer.fit();
+  const std::string log = testing::internal::GetCapturedStderr();
+  const int64_t workers = trainer.config().data.num_workers;
+  EXPECT_EQ(trainer.config().data.batch_size, 64);
+  EXPECT_GE(workers, 0);
+  EXPECT_LE(workers, std::max<int64_t>(1, std::thread::hardware_concurrency()));
+  EXPECT_NE(log.find("data.batch_size: auto needs a CUDA device to measure memory; using 64 on cpu"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("data.num_workers: auto -> " + std::to_string(workers) + " ("), std::string::npos)
+      << log;
+  EXPECT_NE(log.find("measured batches/s by workers: 0:"), std::string::npos) << log;
+  const Metrics& summary = trainer.history().back();
+  EXPECT_EQ(summary.at("batch_size"), 64.0);
+  EXPECT_EQ(summary.at("num_workers"), static_cast<double>(workers));
 }
 
 TEST(TrainerTest, WritesConfigMetricsCheckpointsAndBest) {
