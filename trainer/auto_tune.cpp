@@ -66,8 +66,8 @@ double measure_loader(const DatasetPtr& dataset, const DataLoaderOptions& option
 
 BatchChoice find_max_batch_size(const std::function<void(int64_t)>& try_step, int64_t start,
                                 int64_t limit, double headroom) {
-  TORCH_CHECK(headroom >= 0 && headroom < 1, "find_max_batch_size: headroom must be in [0, 1), got ",
-              headroom);
+  TORCH_CHECK(headroom >= 0 && headroom < 1,
+              "find_max_batch_size: headroom must be in [0, 1), got ", headroom);
   auto round8 = [](int64_t b) { return std::max<int64_t>(8, b / 8 * 8); };
   auto fits = [&](int64_t b) {
     try {

@@ -7,8 +7,10 @@
 namespace brrr {
 
 std::map<std::string, double> StepBreakdown::as_map() const {
-  std::map<std::string, double> m{{"data_wait", data_wait_ms}, {"forward", forward_ms},
-                                  {"backward", backward_ms},   {"optimizer", optimizer_ms},
+  std::map<std::string, double> m{{"data_wait", data_wait_ms},
+                                  {"forward", forward_ms},
+                                  {"backward", backward_ms},
+                                  {"optimizer", optimizer_ms},
                                   {"other", other_ms}};
   if (gpu_idle_ms > 0) m["gpu_idle"] = gpu_idle_ms;
   if (has_copies) m["copy"] = copy_ms;
@@ -16,7 +18,9 @@ std::map<std::string, double> StepBreakdown::as_map() const {
 }
 
 StepTimer::StepTimer(c10::Device device)
-    : device_(device), use_events_(device.is_cuda()), window_start_(std::chrono::steady_clock::now()) {}
+    : device_(device),
+      use_events_(device.is_cuda()),
+      window_start_(std::chrono::steady_clock::now()) {}
 
 double StepTimer::host_now_ms() const {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - window_start_)
@@ -67,7 +71,9 @@ void StepTimer::mark(Mark mark) {
   stamps_.push_back(std::move(stamp));
 }
 
-void StepTimer::step_end() { ++steps_; }
+void StepTimer::step_end() {
+  ++steps_;
+}
 
 StepBreakdown StepTimer::collect() {
   StepBreakdown out;
@@ -93,9 +99,15 @@ StepBreakdown StepTimer::collect() {
   for (size_t i = 0; i < stamps_.size(); ++i) {
     const double ms = since_previous(i);
     switch (stamps_[i].mark) {
-      case Mark::kForwardEnd: out.forward_ms += ms; break;
-      case Mark::kBackwardEnd: out.backward_ms += ms; break;
-      case Mark::kOptimizerEnd: out.optimizer_ms += ms; break;
+      case Mark::kForwardEnd:
+        out.forward_ms += ms;
+        break;
+      case Mark::kBackwardEnd:
+        out.backward_ms += ms;
+        break;
+      case Mark::kOptimizerEnd:
+        out.optimizer_ms += ms;
+        break;
       case Mark::kForwardBegin:
         // The gap before a forward. On the host it holds the loader wait (counted from the
         // waits themselves below); on the GPU timeline the compute stream was idle in it.

@@ -1,15 +1,16 @@
 #include "trainer/trainer.h"
 
+#include <c10/core/impl/VirtualGuardImpl.h>
+
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "core/checkpoint_io.h"
 #include "core/device.h"
 #include "core/device_info.h"
-#include "trainer/auto_tune.h"
-#include <c10/core/impl/VirtualGuardImpl.h>
-#include <thread>
 #include "core/error.h"
+#include "core/gpu_monitor.h"
 #include "core/grad_scaler.h"
 #include "core/log.h"
 #include "core/precision.h"
@@ -19,21 +20,20 @@
 #include "data/prefetcher.h"
 #include "models/model.h"
 #include "models/registry.h"
-#include "core/gpu_monitor.h"
+#include "trainer/auto_tune.h"
 #include "trainer/jsonl_writer.h"
-#include "trainer/profiler.h"
-#include "trainer/step_timer.h"
 #include "trainer/lr_schedule.h"
 #include "trainer/optimizer.h"
+#include "trainer/profiler.h"
 #include "trainer/progress.h"
+#include "trainer/step_timer.h"
 #include "trainer/tensorboard_writer.h"
 
 namespace brrr {
 
 namespace fs = std::filesystem;
 
-Trainer::Trainer(ExperimentConfig config)
-    : config_(std::move(config)), device_(c10::kCPU) {
+Trainer::Trainer(ExperimentConfig config) : config_(std::move(config)), device_(c10::kCPU) {
   validate(config_);
   run_dir_ = (fs::path(config_.run.output_dir) / config_.run.name).string();
 }
@@ -50,7 +50,9 @@ Optimizer& Trainer::optimizer() {
   return *optimizer_;
 }
 
-void Trainer::add_callback(std::shared_ptr<Callback> callback) { callbacks_.push_back(std::move(callback)); }
+void Trainer::add_callback(std::shared_ptr<Callback> callback) {
+  callbacks_.push_back(std::move(callback));
+}
 
 void Trainer::request_stop(const std::string& reason) {
   if (!stop_reason_) stop_reason_ = reason;
@@ -60,9 +62,13 @@ void Trainer::request_stop(const std::string& reason) {
 // Building blocks (hooks with defaults)
 // ---------------------------------------------------------------------------------------------
 
-std::shared_ptr<Model> Trainer::build_model() { return make_model(config_.model); }
+std::shared_ptr<Model> Trainer::build_model() {
+  return make_model(config_.model);
+}
 
-DatasetPtr Trainer::build_train_dataset() { return make_dataset(config_.data, config_.model); }
+DatasetPtr Trainer::build_train_dataset() {
+  return make_dataset(config_.data, config_.model);
+}
 
 DatasetPtr Trainer::build_val_dataset() {
   if (config_.data.val.dataset.empty()) return nullptr;
@@ -80,9 +86,11 @@ std::unique_ptr<Optimizer> Trainer::configure_optimizers() {
 Batch Trainer::prepare_batch(Batch batch) {
   auto it = batch.find("image");
   if (it != batch.end() && it->second.scalar_type() == at::kByte) {
-    if (!normalizer_) normalizer_ = std::make_shared<ImageNormalizer>(config_.data.mean, config_.data.std);
-    it->second = (*normalizer_)(it->second, at::kFloat,
-                                channels_last_ ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous);
+    if (!normalizer_)
+      normalizer_ = std::make_shared<ImageNormalizer>(config_.data.mean, config_.data.std);
+    it->second = (*normalizer_)(
+        it->second, at::kFloat,
+        channels_last_ ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous);
   }
   return batch;
 }
@@ -113,7 +121,9 @@ StepOutput Trainer::training_step(const Batch& batch) {
   return out;
 }
 
-StepOutput Trainer::validation_step(const Batch& batch) { return training_step(batch); }
+StepOutput Trainer::validation_step(const Batch& batch) {
+  return training_step(batch);
+}
 
 // ---------------------------------------------------------------------------------------------
 // Setup
@@ -142,7 +152,8 @@ void Trainer::setup() {
   }
   optimizer_ = configure_optimizers();
   schedule_ = make_lr_schedule(config_.schedule, config_.optim.lr, config_.train.max_steps);
-  scaler_ = std::make_unique<GradScaler>(config_.train.fp16, precision == Precision::kFP16, device_);
+  scaler_ =
+      std::make_unique<GradScaler>(config_.train.fp16, precision == Precision::kFP16, device_);
 
   build_data();
 
@@ -152,7 +163,8 @@ void Trainer::setup() {
     add_callback(std::make_shared<EarlyStopping>(es.metric, es.mode, es.patience, es.min_delta));
   }
   if (!config_.train.best_metric.empty()) {
-    add_callback(std::make_shared<BestCheckpoint>(config_.train.best_metric, config_.train.best_mode));
+    add_callback(
+        std::make_shared<BestCheckpoint>(config_.train.best_metric, config_.train.best_mode));
   }
   is_setup_ = true;
 }
@@ -186,9 +198,9 @@ void Trainer::build_data() {
                      .device(device_);
   train_loader_ = std::make_unique<DataLoader>(train_set_, options);
   if (train_loader_->batches_per_epoch() == 0) {
-    throw ConfigError(fmt::format(
-        "data.batch_size: {} with drop_last gives no batch from {} examples ({})", d.batch_size,
-        train_set_->size(), train_set_->describe()));
+    throw ConfigError(
+        fmt::format("data.batch_size: {} with drop_last gives no batch from {} examples ({})",
+                    d.batch_size, train_set_->size(), train_set_->describe()));
   }
 }
 
@@ -219,18 +231,21 @@ void Trainer::probe_step(const Batch& batch) {
 void Trainer::auto_tune() {
   DataOptions& d = config_.data;
   auto sync = [this] {
-    if (device_.is_cuda()) c10::impl::VirtualGuardImpl(device_.type()).synchronizeDevice(device_.index());
+    if (device_.is_cuda())
+      c10::impl::VirtualGuardImpl(device_.type()).synchronizeDevice(device_.index());
   };
   if (d.batch_size == 0) {
     if (!device_.is_cuda()) {
       d.batch_size = 64;
-      log::info("data.batch_size: auto needs a CUDA device to measure memory; using 64 on {}", device_.str());
+      log::info("data.batch_size: auto needs a CUDA device to measure memory; using 64 on {}",
+                device_.str());
     } else {
       int64_t param_bytes = 0;
       for (const auto& p : params_) param_bytes += p.numel() * p.element_size();
       int64_t sample_bytes = 0;  // one example as the loader delivers it
       Rng rng(0);
-      for (const auto& [key, value] : train_set_->get(0, rng)) sample_bytes += static_cast<int64_t>(value.nbytes());
+      for (const auto& [key, value] : train_set_->get(0, rng))
+        sample_bytes += static_cast<int64_t>(value.nbytes());
       // cuDNN's autotuner would benchmark every convolution again at every trial size (minutes
       // for a ResNet); the heuristic algorithms are enough to see what fits.
       const bool benchmark = at::globalContext().benchmarkCuDNN();
@@ -267,7 +282,8 @@ void Trainer::auto_tune() {
     const int kSteps = 3;
     for (int i = 0; i < kSteps; ++i) probe_step(batch);
     sync();
-    const double step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / kSteps;
+    const double step_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / kSteps;
     const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
     const auto choice = choose_num_workers(step_s, std::min<int64_t>(cores, 32), [&](int64_t n) {
       auto options = DataLoaderOptions()
@@ -284,9 +300,10 @@ void Trainer::auto_tune() {
       return measure_loader(train_set_, options, std::max<int64_t>(8, 2 * n * d.prefetch_factor));
     });
     std::string table;
-    for (const auto& t : choice.trials) table += fmt::format(" {}:{:.1f}", t.num_workers, t.batches_per_s);
-    log::info("data.num_workers: auto -> {} ({}); measured batches/s by workers:{}", choice.num_workers,
-              choice.reason, table);
+    for (const auto& t : choice.trials)
+      table += fmt::format(" {}:{:.1f}", t.num_workers, t.batches_per_s);
+    log::info("data.num_workers: auto -> {} ({}); measured batches/s by workers:{}",
+              choice.num_workers, choice.reason, table);
     d.num_workers = choice.num_workers;
   }
 }
@@ -309,11 +326,11 @@ std::string Trainer::plan() {
   s += fmt::format("loader      num_workers {}, pin_memory {}, prefetch_factor {}, persistent {}\n",
                    d.num_workers, d.pin_memory && device_.is_cuda(), d.prefetch_factor,
                    d.persistent_workers);
-  s += fmt::format("optimizer   {} lr {} wd {} fused {}; schedule {} (warmup {})\n", config_.optim.name,
-                   config_.optim.lr, config_.optim.weight_decay, config_.optim.fused,
-                   config_.schedule.name, config_.schedule.warmup_steps);
-  s += fmt::format("steps       {} (log every {}, eval every {}, checkpoint every {})\n", t.max_steps,
-                   t.log_every, t.eval_every, t.checkpoint_every);
+  s += fmt::format("optimizer   {} lr {} wd {} fused {}; schedule {} (warmup {})\n",
+                   config_.optim.name, config_.optim.lr, config_.optim.weight_decay,
+                   config_.optim.fused, config_.schedule.name, config_.schedule.warmup_steps);
+  s += fmt::format("steps       {} (log every {}, eval every {}, checkpoint every {})\n",
+                   t.max_steps, t.log_every, t.eval_every, t.checkpoint_every);
   return s;
 }
 

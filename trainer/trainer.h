@@ -138,10 +138,10 @@ class Trainer {
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<LrSchedule> schedule_;
   std::unique_ptr<GradScaler> scaler_;
-  std::vector<at::Tensor> params_;  // trainable parameters, in model order
+  std::vector<at::Tensor> params_;               // trainable parameters, in model order
   std::shared_ptr<ImageNormalizer> normalizer_;  // device-resident mean/std of data.mean/std
-  bool channels_last_ = false;  // NHWC weights and images (conv models on CUDA)
-  Precision precision_ = Precision::kFP32;  // train.precision, parsed once in setup()
+  bool channels_last_ = false;                   // NHWC weights and images (conv models on CUDA)
+  Precision precision_ = Precision::kFP32;       // train.precision, parsed once in setup()
 
   DatasetPtr train_set_, val_set_;
   std::unique_ptr<DataLoader> train_loader_;

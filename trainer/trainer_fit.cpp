@@ -32,7 +32,9 @@ namespace brrr {
 namespace fs = std::filesystem;
 
 namespace {
-bool due(int64_t step, int64_t every) { return every > 0 && step % every == 0; }
+bool due(int64_t step, int64_t every) {
+  return every > 0 && step % every == 0;
+}
 }  // namespace
 
 struct Trainer::LogWindow {
@@ -80,8 +82,8 @@ void Trainer::fit(const std::string& resume) {
   const auto t0 = std::chrono::steady_clock::now();
   start_time_ = t0;
   if (device_.is_cuda()) {
-    gpu_monitor_ = std::make_unique<GpuMonitor>(device_.index(), (fs::path(run_dir_) / "gpu.jsonl").string(),
-                                                100, t0);
+    gpu_monitor_ = std::make_unique<GpuMonitor>(
+        device_.index(), (fs::path(run_dir_) / "gpu.jsonl").string(), 100, t0);
     gpu_monitor_->start();
   }
 
@@ -128,7 +130,9 @@ void Trainer::fit(const std::string& resume) {
   }
   syncs.arm(false);
   progress_->finish();
-  if (stop_reason_) progress_->log(log::Level::kWarn, fmt::format("training stopped at step {}: {}", step_, *stop_reason_));
+  if (stop_reason_)
+    progress_->log(log::Level::kWarn,
+                   fmt::format("training stopped at step {}: {}", step_, *stop_reason_));
   if (profiler_) profiler_.reset();
   if (gpu_monitor_) gpu_monitor_->stop();
   write_summary();
@@ -179,7 +183,8 @@ void Trainer::train_one_step(LogWindow& window) {
     // Non-finite tracking stays on the device: remember the first bad step and its loss.
     const at::Tensor loss = out.loss.detach().to(at::kFloat);
     const at::Tensor bad = loss.isfinite().logical_not().logical_and(window.first_bad.lt(0));
-    window.first_bad = at::where(bad, at::full({}, step_, window.first_bad.options()), window.first_bad);
+    window.first_bad =
+        at::where(bad, at::full({}, step_, window.first_bad.options()), window.first_bad);
     window.bad_loss = at::where(bad, loss, window.bad_loss);
     window.loss_sum.add_(loss, 1.0 / static_cast<double>(accum));
     window.examples += out.examples;
@@ -189,7 +194,8 @@ void Trainer::train_one_step(LogWindow& window) {
   }
   scaler_->unscale(params_);
   const double max_norm = config_.train.max_grad_norm;
-  const bool log_next = due(step_ + 1, config_.train.log_every) || step_ + 1 == config_.train.max_steps;
+  const bool log_next =
+      due(step_ + 1, config_.train.log_every) || step_ + 1 == config_.train.max_steps;
   if (max_norm > 0) {
     window.grad_norm = clip_grad_norm(params_, max_norm);
   } else if (log_next) {
@@ -219,18 +225,20 @@ void Trainer::log_step(LogWindow& window) {
   const double* v = host.data_ptr<double>();
   const double loss = v[0] / static_cast<double>(window.steps);
   if (v[2] >= 0) {
-    throw TrainingError(fmt::format(
-        "non-finite loss {} at step {} (precision {}); last good checkpoint: {}", v[1],
-        static_cast<int64_t>(v[2]) + 1, config_.train.precision,
-        last_checkpoint_.empty() ? "none" : last_checkpoint_));
+    throw TrainingError(
+        fmt::format("non-finite loss {} at step {} (precision {}); last good checkpoint: {}", v[1],
+                    static_cast<int64_t>(v[2]) + 1, config_.train.precision,
+                    last_checkpoint_.empty() ? "none" : last_checkpoint_));
   }
   const StepBreakdown breakdown = timer_->collect();
-  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - window.start).count();
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - window.start).count();
 
   Metrics record;
   record["step"] = static_cast<double>(step_);
   record["epoch"] = static_cast<double>(epoch_);
-  record["time_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time_).count();
+  record["time_s"] =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time_).count();
   record["loss"] = loss;
   record["lr"] = schedule_->lr_at(step_ - 1);
   if (window.grad_norm.defined()) record["grad_norm"] = v[3];
@@ -239,9 +247,11 @@ void Trainer::log_step(LogWindow& window) {
   record["step_time_ms"] = breakdown.step_ms;
   // The time the device sat idle waiting for data (on CUDA a host wait hidden behind queued GPU
   // work costs nothing and is not counted), and beside it the host's whole wait.
-  record["data_wait_pct"] = breakdown.step_ms > 0 ? 100.0 * breakdown.data_wait_ms / breakdown.step_ms : 0.0;
+  record["data_wait_pct"] =
+      breakdown.step_ms > 0 ? 100.0 * breakdown.data_wait_ms / breakdown.step_ms : 0.0;
   record["host_data_wait_pct"] = 100.0 * window.data_wait_s / elapsed;
-  record["host_syncs_per_step"] = static_cast<double>(window_syncs_) / static_cast<double>(window.steps);
+  record["host_syncs_per_step"] =
+      static_cast<double>(window_syncs_) / static_cast<double>(window.steps);
   if (scaler_->enabled()) record["loss_scale"] = scaler_->scale_value();
   for (const auto& [name, ms] : breakdown.as_map()) record["breakdown_ms/" + name] = ms;
   if (breakdown.has_copies) record["copy_overlapped_ms"] = breakdown.copy_total_ms;

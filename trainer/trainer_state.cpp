@@ -171,7 +171,8 @@ void Trainer::write_summary() {
   s["time_s"] = elapsed;
   // Steady state: the logging windows after the first (which holds start-up: worker start, cuDNN
   // autotuning, allocator growth); with a single window, that one. Rates are their median, the
-  // data wait their mean, GPU utilisation the samples inside them; whole-run values are kept beside.
+  // data wait their mean, GPU utilisation the samples inside them; whole-run values are kept
+  // beside.
   std::vector<const Metrics*> windows;
   for (const auto& r : history_) {
     if (r.count("loss") && r.count("samples_per_s")) windows.push_back(&r);
@@ -210,8 +211,9 @@ void Trainer::write_summary() {
   s["prefetch_factor"] = static_cast<double>(config_.data.prefetch_factor);
   s["batch_size"] = static_cast<double>(config_.data.batch_size);
   s["grad_accum_steps"] = static_cast<double>(config_.train.grad_accum_steps);
-  s["host_syncs_per_step"] =
-      total_steps_logged_ ? static_cast<double>(total_syncs_) / static_cast<double>(total_steps_logged_) : 0.0;
+  s["host_syncs_per_step"] = total_steps_logged_ ? static_cast<double>(total_syncs_) /
+                                                       static_cast<double>(total_steps_logged_)
+                                                 : 0.0;
   s["tensor_cores"] = has_tensor_cores(device_) ? 1.0 : 0.0;
   std::map<std::string, std::string> text = {{"device", device_.str()},
                                              {"device_name", device_name(device_)},
@@ -231,7 +233,8 @@ void Trainer::write_summary() {
     s["gpu_util_p10"] = g.util_p10;
     s["gpu_util_mean_overall"] = whole.util_mean;
     s["gpu_util_p10_overall"] = whole.util_p10;
-    s["gpu_mem_used_pct"] = whole.mem_total_mib > 0 ? 100.0 * whole.mem_used_max_mib / whole.mem_total_mib : 0.0;
+    s["gpu_mem_used_pct"] =
+        whole.mem_total_mib > 0 ? 100.0 * whole.mem_used_max_mib / whole.mem_total_mib : 0.0;
   }
   if (device_.is_cuda()) {
     s["mem_peak_mib"] = detail::cuda_peak_memory_mib(device_.index());
@@ -243,8 +246,8 @@ void Trainer::write_summary() {
   tensorboard_->flush();
   log::info("done: {} steps in {:.1f} s, {:.1f} samples/s, data wait {:.1f}%", step_, elapsed,
             s["samples_per_s"], s["data_wait_pct"]);
-  const auto findings =
-      diagnose(stats_from_records(read_json_lines((fs::path(run_dir_) / "metrics.jsonl").string())));
+  const auto findings = diagnose(
+      stats_from_records(read_json_lines((fs::path(run_dir_) / "metrics.jsonl").string())));
   for (const auto& f : findings) log::info("doctor: {}", f.message);
 }
 
@@ -264,7 +267,8 @@ void Trainer::save_checkpoint(bool best) {
 
 void Trainer::save_state(torch::serialize::OutputArchive& archive) {
   c10::Dict<std::string, at::Tensor> weights;
-  for (const auto& p : model_->named_parameters()) weights.insert(p.key(), p.value().detach().cpu());
+  for (const auto& p : model_->named_parameters())
+    weights.insert(p.key(), p.value().detach().cpu());
   for (const auto& b : model_->named_buffers()) weights.insert(b.key(), b.value().detach().cpu());
   archive.write("model", c10::IValue(weights));
 
@@ -295,7 +299,8 @@ void Trainer::load_state(torch::serialize::InputArchive& archive) {
   torch::NoGradGuard no_grad;
   auto restore = [&](const std::string& name, at::Tensor& target) {
     auto it = weights.find(name);
-    if (it == weights.end()) throw CheckpointError(fmt::format("checkpoint has no tensor '{}'", name));
+    if (it == weights.end())
+      throw CheckpointError(fmt::format("checkpoint has no tensor '{}'", name));
     const at::Tensor value = it->value().toTensor();
     if (value.sizes() != target.sizes()) {
       throw CheckpointError(fmt::format("checkpoint tensor '{}' has shape {}, the model expects {}",
@@ -340,9 +345,11 @@ void Trainer::resume_from(const std::string& resume) {
     }
     path = *latest;
   }
-  checkpoints_->load(path, [this](torch::serialize::InputArchive& archive) { load_state(archive); });
+  checkpoints_->load(path,
+                     [this](torch::serialize::InputArchive& archive) { load_state(archive); });
   last_checkpoint_ = path;
-  log::info("resumed from {} at step {} (epoch {}, batch {})", path, step_, epoch_, batches_in_epoch_);
+  log::info("resumed from {} at step {} (epoch {}, batch {})", path, step_, epoch_,
+            batches_in_epoch_);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -352,7 +359,8 @@ void Trainer::resume_from(const std::string& resume) {
 void Trainer::start_profiler_if_due() {
   const auto& p = config_.train.profile;
   if (p.steps > 0 && step_ == p.start_step && !profiler_) {
-    profiler_ = std::make_unique<TraceRecorder>((fs::path(run_dir_) / "trace.json").string(), device_);
+    profiler_ =
+        std::make_unique<TraceRecorder>((fs::path(run_dir_) / "trace.json").string(), device_);
   }
 }
 

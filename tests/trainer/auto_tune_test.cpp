@@ -30,19 +30,22 @@ TEST(AutoTuneTest, PicksTheSmallestWorkerCountThatKeepsUp) {
 }
 
 TEST(AutoTuneTest, ReportsAnInputBoundRunWhenNothingKeepsUp) {
-  const auto choice = choose_num_workers(0.001, 6, [](int64_t n) { return n == 4 ? 300.0 : 100.0; });
-  EXPECT_EQ(choice.num_workers, 4);  // the fastest measured
+  const auto choice =
+      choose_num_workers(0.001, 6, [](int64_t n) { return n == 4 ? 300.0 : 100.0; });
+  EXPECT_EQ(choice.num_workers, 4);     // the fastest measured
   EXPECT_EQ(choice.trials.size(), 5u);  // 0, 1, 2, 4, 6
   EXPECT_NE(choice.reason.find("input-bound"), std::string::npos) << choice.reason;
 }
 
 void fake_step(int64_t batch, int64_t capacity) {
-  TORCH_CHECK_WITH(OutOfMemoryError, batch <= capacity, "CUDA out of memory (fake) at batch ", batch);
+  TORCH_CHECK_WITH(OutOfMemoryError, batch <= capacity, "CUDA out of memory (fake) at batch ",
+                   batch);
 }
 
 TEST(AutoTuneTest, FindsTheLargestBatchThatFitsAsAMultipleOfEight) {
   for (int64_t capacity : {8, 37, 200, 256, 1000, 3317}) {
-    const auto choice = find_max_batch_size([&](int64_t b) { fake_step(b, capacity); }, 8, 4096, 0.0);
+    const auto choice =
+        find_max_batch_size([&](int64_t b) { fake_step(b, capacity); }, 8, 4096, 0.0);
     EXPECT_EQ(choice.largest_fit, capacity / 8 * 8) << "capacity " << capacity;
     EXPECT_EQ(choice.batch_size, capacity / 8 * 8) << "capacity " << capacity;
   }
@@ -73,7 +76,8 @@ TEST(AutoTuneTest, TheSearchLimitIsTriedEvenWhenDoublingStepsOverIt) {
   EXPECT_EQ(asked.back(), 1000);
   EXPECT_NE(capped.reason.find("search limit"), std::string::npos) << capped.reason;
   // 700 fits, the limit 1000 does not: bisection between 512 and 1000.
-  EXPECT_EQ(find_max_batch_size([](int64_t b) { fake_step(b, 700); }, 8, 1000, 0.0).largest_fit, 696);
+  EXPECT_EQ(find_max_batch_size([](int64_t b) { fake_step(b, 700); }, 8, 1000, 0.0).largest_fit,
+            696);
 }
 
 TEST(AutoTuneTest, RejectsAHeadroomOutsideZeroToOne) {
@@ -87,8 +91,13 @@ TEST(AutoTuneTest, MeasuresTheLoaderAcrossEpochBoundaries) {
   auto dataset = std::make_shared<TensorDataset>(
       std::map<std::string, at::Tensor>{{"x", at::arange(80, at::kFloat).reshape({80, 1})}});
   for (int64_t workers : {0, 2}) {
-    const auto options = DataLoaderOptions().batch_size(8).num_workers(workers).prefetch_factor(2)
-                             .persistent_workers(true).shuffle(true).seed(3);
+    const auto options = DataLoaderOptions()
+                             .batch_size(8)
+                             .num_workers(workers)
+                             .prefetch_factor(2)
+                             .persistent_workers(true)
+                             .shuffle(true)
+                             .seed(3);
     const double rate = measure_loader(dataset, options, 40);
     EXPECT_GT(rate, 0.0) << workers << " workers";
     EXPECT_TRUE(std::isfinite(rate));
@@ -106,7 +115,8 @@ TEST(AutoTuneTest, NothingFitsIsAClearError) {
 }
 
 TEST(AutoTuneTest, OtherErrorsPropagate) {
-  EXPECT_THROW(find_max_batch_size([](int64_t) { throw DataError("bad sample"); }, 8, 64), DataError);
+  EXPECT_THROW(find_max_batch_size([](int64_t) { throw DataError("bad sample"); }, 8, 64),
+               DataError);
 }
 
 }  // namespace

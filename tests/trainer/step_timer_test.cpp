@@ -1,6 +1,6 @@
 // The step-time breakdown: phases are attributed to the right bucket and, with `other`, sum to the
-// window's wall time per step, on the CPU path (host clocks) and on CUDA (events; GPU machine). The Kineto trace recorder writes a
-// Chrome trace that names the ops it saw.
+// window's wall time per step, on the CPU path (host clocks) and on CUDA (events; GPU machine). The
+// Kineto trace recorder writes a Chrome trace that names the ops it saw.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -139,7 +139,8 @@ TEST(StepTimerTest, CudaGapsAreDataWaitOrIdleAndEverythingSumsToTheWallTime) {
   };
   auto sleep_ms = [](int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); };
   auto sum_of_phases = [](const StepBreakdown& b) {
-    return b.data_wait_ms + b.copy_ms + b.gpu_idle_ms + b.forward_ms + b.backward_ms + b.optimizer_ms;
+    return b.data_wait_ms + b.copy_ms + b.gpu_idle_ms + b.forward_ms + b.backward_ms +
+           b.optimizer_ms;
   };
   gpu_work(2);
   impl.synchronizeDevice(0);

@@ -13,9 +13,9 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "models/model.h"
+#include "tests/test_fs.h"
 #include "trainer/optimizer.h"
 #include "trainer/trainer.h"
-#include "tests/test_fs.h"
 
 namespace brrr {
 namespace {
@@ -49,7 +49,7 @@ class BlobTrainer : public Trainer {
   BlobTrainer(ExperimentConfig config, int64_t train_size = 96)
       : Trainer(std::move(config)), train_size_(train_size) {}
 
-  int64_t stop_at = -1;     // request a stop after this step (simulates an interruption)
+  int64_t stop_at = -1;      // request a stop after this step (simulates an interruption)
   bool poison_at_3 = false;  // return a NaN loss at step 3
 
  protected:
@@ -69,7 +69,8 @@ class BlobTrainer : public Trainer {
 };
 
 std::string temp_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("brrr_trainer_test_" + name + "_" + std::to_string(getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("brrr_trainer_test_" + name + "_" + std::to_string(getpid()));
   brrr::test::remove_tree(dir);
   fs::create_directories(dir);
   brrr::test::remove_at_exit(dir);
@@ -151,7 +152,8 @@ void expect_resume_identical(ExperimentConfig config, int64_t interrupt_at, int6
   ASSERT_EQ(static_cast<int64_t>(resumed.size()), config.train.max_steps - interrupt_at);
   for (size_t i = 0; i < resumed.size(); ++i) {
     // Bit for bit: the same floating-point operations in the same order.
-    EXPECT_EQ(resumed[i], expected[static_cast<size_t>(interrupt_at) + i]) << "step " << interrupt_at + 1 + i;
+    EXPECT_EQ(resumed[i], expected[static_cast<size_t>(interrupt_at) + i])
+        << "step " << interrupt_at + 1 + i;
   }
   const auto w1 = weights(straight), w2 = weights(second);
   for (size_t i = 0; i < w1.size(); ++i) EXPECT_TRUE(at::equal(w1[i], w2[i])) << "parameter " << i;
@@ -232,10 +234,12 @@ TEST(TrainerTest, AutoTunersOnCpuChooseAndSayWhy) {
   EXPECT_EQ(trainer.config().data.batch_size, 64);
   EXPECT_GE(workers, 0);
   EXPECT_LE(workers, std::max<int64_t>(1, std::thread::hardware_concurrency()));
-  EXPECT_NE(log.find("data.batch_size: auto needs a CUDA device to measure memory; using 64 on cpu"),
-            std::string::npos)
+  EXPECT_NE(
+      log.find("data.batch_size: auto needs a CUDA device to measure memory; using 64 on cpu"),
+      std::string::npos)
       << log;
-  EXPECT_NE(log.find("data.num_workers: auto -> " + std::to_string(workers) + " ("), std::string::npos)
+  EXPECT_NE(log.find("data.num_workers: auto -> " + std::to_string(workers) + " ("),
+            std::string::npos)
       << log;
   EXPECT_NE(log.find("measured batches/s by workers: 0:"), std::string::npos) << log;
   const Metrics& summary = trainer.history().back();
