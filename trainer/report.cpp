@@ -204,8 +204,9 @@ void ReportBuilder::build_plots() {
   add_records(speed, false, "samples_per_s", "samples/s", 0);
   emit("throughput.svg", speed, "no samples_per_s in the train records");
 
-  // Mean breakdown per run; phases in pipeline order, then any others alphabetically.
-  StackedBarPlot bars{"Mean step time breakdown", "ms per step"};
+  // Mean breakdown per run over the steady windows (all but the first, which holds start-up, when
+  // there are more); phases in pipeline order, then any others alphabetically.
+  StackedBarPlot bars{"Mean step time breakdown (steady state)", "ms per step"};
   std::set<std::string> seen;
   for (const RunData& r : runs_) {
     for (const JsonRecord& t : r.train) {
@@ -222,10 +223,11 @@ void ReportBuilder::build_plots() {
     bars.bars.push_back(r.name);
     bars.values.emplace_back();
     for (const std::string& phase : bars.segments) {
-      PlotSeries s = series_of(r.train, "step", kBreakdownPrefix + phase);
+      const PlotSeries s = series_of(r.train, "step", kBreakdownPrefix + phase);
+      const size_t first = s.y.size() > 1 ? 1 : 0;
       double sum = 0.0;
-      for (double v : s.y) sum += v;
-      bars.values.back().push_back(s.y.empty() ? 0.0 : sum / s.y.size());
+      for (size_t i = first; i < s.y.size(); ++i) sum += s.y[i];
+      bars.values.back().push_back(s.y.empty() ? 0.0 : sum / static_cast<double>(s.y.size() - first));
     }
   }
   if (bars.segments.empty()) {
@@ -303,6 +305,8 @@ std::string ReportBuilder::markdown() const {
       md += "\n";
     }
   }
+  md += "\nRates, data wait (the share of the step the GPU waited for the loader) and GPU utilisation "
+        "are the steady state: the logging windows after the first, which holds start-up.\n";
   md += "\n## Doctor\n";
   for (const RunData& r : runs_) {
     md += fmt::format("\n### {}\n\n", r.name);

@@ -53,6 +53,7 @@ void StepTimer::set_copy_events(
 }
 
 void StepTimer::mark(Mark mark) {
+  step_begin();  // a mark outside a step still belongs to a window (no-op inside one)
   size_t index = 0;
   if (use_events_) {
     index = stamps_.size() + 1;
