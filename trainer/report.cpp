@@ -227,7 +227,8 @@ void ReportBuilder::build_plots() {
       const size_t first = s.y.size() > 1 ? 1 : 0;
       double sum = 0.0;
       for (size_t i = first; i < s.y.size(); ++i) sum += s.y[i];
-      bars.values.back().push_back(s.y.empty() ? 0.0 : sum / static_cast<double>(s.y.size() - first));
+      bars.values.back().push_back(s.y.empty() ? 0.0
+                                               : sum / static_cast<double>(s.y.size() - first));
     }
   }
   if (bars.segments.empty()) {
@@ -305,8 +306,10 @@ std::string ReportBuilder::markdown() const {
       md += "\n";
     }
   }
-  md += "\nRates, data wait (the share of the step the GPU waited for the loader) and GPU utilisation "
-        "are the steady state: the logging windows after the first, which holds start-up.\n";
+  md +=
+      "\nRates, data wait (the share of the step the GPU waited for the loader) and GPU "
+      "utilisation "
+      "are the steady state: the logging windows after the first, which holds start-up.\n";
   md += "\n## Doctor\n";
   for (const RunData& r : runs_) {
     md += fmt::format("\n### {}\n\n", r.name);
