@@ -244,8 +244,13 @@ void Trainer::write_summary() {
   jsonl_->write(to_json("summary", s, text));
   jsonl_->flush();
   tensorboard_->flush();
-  log::info("done: {} steps in {:.1f} s, {:.1f} samples/s, data wait {:.1f}%", step_, elapsed,
-            s["samples_per_s"], s["data_wait_pct"]);
+  std::string gpu;
+  if (s.count("gpu_util_mean")) {
+    gpu = fmt::format(", GPU utilisation {:.0f}% (p10 {:.0f}%; {:.0f}% over the whole run)",
+                      s["gpu_util_mean"], s["gpu_util_p10"], s["gpu_util_mean_overall"]);
+  }
+  log::info("done: {} steps in {:.1f} s, {:.1f} samples/s, data wait {:.1f}%{}", step_, elapsed,
+            s["samples_per_s"], s["data_wait_pct"], gpu);
   const auto findings = diagnose(
       stats_from_records(read_json_lines((fs::path(run_dir_) / "metrics.jsonl").string())));
   for (const auto& f : findings) log::info("doctor: {}", f.message);
