@@ -308,8 +308,8 @@ std::string ReportBuilder::markdown() const {
   }
   md +=
       "\nRates, data wait (the share of the step the GPU waited for the loader) and GPU "
-      "utilisation "
-      "are the steady state: the logging windows after the first, which holds start-up.\n";
+      "utilisation are the steady state: the logging windows after the first, which holds "
+      "start-up.\n";
   md += "\n## Doctor\n";
   for (const RunData& r : runs_) {
     md += fmt::format("\n### {}\n\n", r.name);

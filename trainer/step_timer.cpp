@@ -44,7 +44,6 @@ void StepTimer::step_begin() {
 
 void StepTimer::add_data_wait(double seconds) {
   pending_wait_ms_ += seconds * 1e3;
-  data_wait_ms_ += seconds * 1e3;
 }
 
 void StepTimer::set_copy_events(
@@ -130,9 +129,12 @@ StepBreakdown StepTimer::collect() {
         break;
     }
   }
-  if (!use_events_) out.data_wait_ms = data_wait_ms_;
+  out.host_data_wait_ms = pending_wait_ms_;
+  for (const Stamp& s : stamps_) out.host_data_wait_ms += s.data_wait_ms;
+  if (!use_events_) out.data_wait_ms = out.host_data_wait_ms;
   const double n = static_cast<double>(steps_);
   out.step_ms = wall_ms / n;
+  out.host_data_wait_ms /= n;
   out.data_wait_ms /= n;
   out.forward_ms /= n;
   out.backward_ms /= n;
@@ -145,7 +147,7 @@ StepBreakdown StepTimer::collect() {
   out.other_ms = std::max(0.0, out.step_ms - out.data_wait_ms - out.copy_ms - out.gpu_idle_ms -
                                    out.forward_ms - out.backward_ms - out.optimizer_ms);
   stamps_.clear();
-  data_wait_ms_ = pending_wait_ms_ = 0;
+  pending_wait_ms_ = 0;
   steps_ = 0;
   window_open_ = false;
   return out;

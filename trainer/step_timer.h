@@ -32,6 +32,8 @@ struct StepBreakdown {
   double step_ms = 0;  ///< wall time of the window per step
   /// CPU: host blocked on the loader. CUDA: the part of that wait the GPU sat idle for.
   double data_wait_ms = 0;
+  /// Host blocked on the loader, all of it (on CUDA not a phase: it may overlap GPU work).
+  double host_data_wait_ms = 0;
   double forward_ms = 0;
   double backward_ms = 0;
   double optimizer_ms = 0;  ///< unscale, clip, step, zero_grad
@@ -87,8 +89,7 @@ class StepTimer {
   std::vector<c10::Event> events_;  // reused across windows
   std::vector<Stamp> stamps_;       // this window's marks, in order
   std::pair<std::shared_ptr<c10::Event>, std::shared_ptr<c10::Event>> pending_copy_;
-  double pending_wait_ms_ = 0;
-  double data_wait_ms_ = 0;
+  double pending_wait_ms_ = 0;  // the wait for the batch the next kForwardBegin starts on
   int64_t steps_ = 0;
 };
 

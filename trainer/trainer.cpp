@@ -1,6 +1,7 @@
 #include "trainer/trainer.h"
 
 #include <c10/core/impl/VirtualGuardImpl.h>
+#include <c10/util/ScopeExit.h>
 
 #include <filesystem>
 #include <fstream>
@@ -250,24 +251,19 @@ void Trainer::auto_tune() {
       // for a ResNet); the heuristic algorithms are enough to see what fits.
       const bool benchmark = at::globalContext().benchmarkCuDNN();
       at::globalContext().setBenchmarkCuDNN(false);
-      BatchChoice choice;
-      try {
-        choice = find_max_batch_size(
-            [&](int64_t b) {
-              // Room for the optimizer's state (two moments), which the trial does not allocate,
-              // and for two more batches: the prefetcher's next one and the previous one, whose
-              // memory the allocator frees only once the step that used it is done.
-              const at::Tensor reserve = at::empty({2 * param_bytes + 2 * b * sample_bytes},
-                                                   at::TensorOptions(at::kByte).device(device_));
-              probe_step(probe_batch(b));
-              sync();
-            },
-            8, 4096);
-      } catch (...) {
-        at::globalContext().setBenchmarkCuDNN(benchmark);
-        throw;
-      }
-      at::globalContext().setBenchmarkCuDNN(benchmark);
+      const auto restore =
+          c10::make_scope_exit([benchmark] { at::globalContext().setBenchmarkCuDNN(benchmark); });
+      const BatchChoice choice = find_max_batch_size(
+          [&](int64_t b) {
+            // Room for the optimizer's state (two moments), which the trial does not allocate,
+            // and for two more batches: the prefetcher's next one and the previous one, whose
+            // memory the allocator frees only once the step that used it is done.
+            const at::Tensor reserve = at::empty({2 * param_bytes + 2 * b * sample_bytes},
+                                                 at::TensorOptions(at::kByte).device(device_));
+            probe_step(probe_batch(b));
+            sync();
+          },
+          8, 4096);
       detail::cuda_empty_cache();
       d.batch_size = choice.batch_size;
       log::info("data.batch_size: auto -> {} ({}, precision {})", d.batch_size, choice.reason,

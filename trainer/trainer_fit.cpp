@@ -45,7 +45,6 @@ struct Trainer::LogWindow {
   int64_t steps = 0;
   int64_t examples = 0;
   int64_t tokens = 0;
-  double data_wait_s = 0;
   std::chrono::steady_clock::time_point start;
 
   void reset(c10::Device device) {
@@ -55,7 +54,6 @@ struct Trainer::LogWindow {
     bad_loss = at::zeros({}, opts.dtype(at::kFloat));
     grad_norm = at::Tensor();
     steps = examples = tokens = 0;
-    data_wait_s = 0;
     start = std::chrono::steady_clock::now();
   }
 };
@@ -167,7 +165,6 @@ void Trainer::train_one_step(LogWindow& window) {
     const Batch batch = *next_train_batch(&wait);
     timer_->add_data_wait(wait);
     timer_->set_copy_events(prefetcher_->last_copy_events());
-    window.data_wait_s += wait;
 
     timer_->mark(StepTimer::Mark::kForwardBegin);
     StepOutput out;
@@ -249,7 +246,8 @@ void Trainer::log_step(LogWindow& window) {
   // work costs nothing and is not counted), and beside it the host's whole wait.
   record["data_wait_pct"] =
       breakdown.step_ms > 0 ? 100.0 * breakdown.data_wait_ms / breakdown.step_ms : 0.0;
-  record["host_data_wait_pct"] = 100.0 * window.data_wait_s / elapsed;
+  record["host_data_wait_pct"] =
+      breakdown.step_ms > 0 ? 100.0 * breakdown.host_data_wait_ms / breakdown.step_ms : 0.0;
   record["host_syncs_per_step"] =
       static_cast<double>(window_syncs_) / static_cast<double>(window.steps);
   if (scaler_->enabled()) record["loss_scale"] = scaler_->scale_value();
