@@ -10,7 +10,7 @@
 // to the device --copy-repeats times with non_blocking=true, timed with device events; then the
 // same bytes from an ordinary (pageable) CPU tensor.
 //
-//   bench_loader_bench --root data_cache/photos --workers 0,1,2,4,8,16 --batch 64 \
+//   bench_loader_bench --root data_cache/photos --workers 0,1,2,4,8,16 --batch 64
 //       --batches 50 --warmup 10 [--pin-memory auto|true|false] [--csv brrr_loader.csv]
 // Prints CSV `impl,metric,workers,batch,value,unit` (bench/torch_loader_bench.py: same columns).
 #include <c10/core/Event.h>

@@ -24,8 +24,8 @@
 #include "core/log.h"
 #include "core/precision.h"
 #include "models/registry.h"
-#include "trainer/grad_clip.h"
-#include "trainer/optimizer.h"
+#include "trainer/optim/grad_clip.h"
+#include "trainer/optim/optimizer.h"
 
 namespace {
 

@@ -1,55 +1,46 @@
 # Finds libtorch, yaml-cpp, fmt, libjpeg(-turbo), libpng, zlib and decides whether CUDA sources
-# are compiled. Sets BRRR_HAVE_CUDA and BRRR_YAML_TARGET (the yaml-cpp target name of this version).
+# are compiled. Sets BRRR_HAVE_CUDA, BRRR_YAML_TARGET (the yaml-cpp target name of this version)
+# and BRRR_FMT_SHIM (see brrrFmtShim.cmake).
 
-# --- libtorch --------------------------------------------------------------------------------
-# Order: Torch_DIR / CMAKE_PREFIX_PATH as given, else the libtorch inside python3's torch package.
-find_package(Torch QUIET)
-if(NOT Torch_FOUND)
-  find_package(Python3 COMPONENTS Interpreter QUIET)
-  if(Python3_Interpreter_FOUND)
-    execute_process(
-      COMMAND "${Python3_EXECUTABLE}" -c "import torch; print(torch.utils.cmake_prefix_path)"
-      OUTPUT_VARIABLE _brrr_torch_prefix OUTPUT_STRIP_TRAILING_WHITESPACE
-      RESULT_VARIABLE _brrr_torch_rc ERROR_QUIET)
-    if(_brrr_torch_rc EQUAL 0 AND EXISTS "${_brrr_torch_prefix}")
-      list(APPEND CMAKE_PREFIX_PATH "${_brrr_torch_prefix}")
-      find_package(Torch QUIET)
-    endif()
-  endif()
-endif()
-if(NOT Torch_FOUND)
-  message(FATAL_ERROR
-    "brrr: libtorch not found. Either pass -DTorch_DIR=<libtorch>/share/cmake/Torch "
-    "(or -DCMAKE_PREFIX_PATH=<libtorch>), or install the python3 torch package "
-    "(scripts/setup.sh does: python3 -m pip install torch==2.13.0) so that "
-    "`python3 -c 'import torch'` works.")
-endif()
-message(STATUS "brrr: libtorch ${Torch_VERSION} from ${Torch_DIR}")
-# torch's flags (ABI macro, include dirs) travel with the imported `torch` target.
-
-# --- CUDA ------------------------------------------------------------------------------------
-set(_brrr_torch_has_cuda OFF)
-if(TARGET torch_cuda OR TORCH_CUDA_LIBRARIES OR CUDA_FOUND OR CUDAToolkit_FOUND)
-  set(_brrr_torch_has_cuda ON)
-endif()
-if(BRRR_CUDA STREQUAL "AUTO")
-  set(BRRR_HAVE_CUDA ${_brrr_torch_has_cuda})
-elseif(BRRR_CUDA)
-  if(NOT _brrr_torch_has_cuda)
-    message(FATAL_ERROR "brrr: BRRR_CUDA=ON but the libtorch found (${Torch_DIR}) has no CUDA")
-  endif()
-  set(BRRR_HAVE_CUDA ON)
-else()
-  set(BRRR_HAVE_CUDA OFF)
-endif()
+# --- libtorch, and CUDA ----------------------------------------------------------------------
+include(brrrFindTorch)
+brrr_find_torch(WANT_CUDA ${BRRR_CUDA})
+message(STATUS "brrr: libtorch ${Torch_VERSION} from ${BRRR_TORCH_PREFIX}"
+               " (built with CUDA: ${BRRR_TORCH_HAS_CUDA})")
+set(BRRR_HAVE_CUDA ${BRRR_TORCH_CUDA})
 if(BRRR_HAVE_CUDA)
-  if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
-    set(CMAKE_CUDA_ARCHITECTURES 90)
+  # The architectures of the libtorch found, from sm_${BRRR_CUDA_MIN_ARCH} up (brrr's kernels use
+  # native bf16 arithmetic); -DCMAKE_CUDA_ARCHITECTURES=... chooses others.
+  if(NOT CMAKE_CUDA_ARCHITECTURES OR CMAKE_CUDA_ARCHITECTURES STREQUAL "OFF")
+    set(_archs "")
+    foreach(a IN LISTS BRRR_TORCH_ARCHS)
+      if(a GREATER_EQUAL BRRR_CUDA_MIN_ARCH)
+        list(APPEND _archs "${a}-real")
+      endif()
+    endforeach()
+    if(NOT _archs)
+      message(STATUS "brrr: the CUDA architectures of libtorch are unknown; compiling for sm_90")
+      set(_archs "90-real")
+    endif()
+    # PTX of the newest one as well, so a newer GPU can JIT the kernels.
+    list(GET _archs -1 _newest)
+    string(REPLACE "-real" "-virtual" _newest "${_newest}")
+    list(APPEND _archs "${_newest}")
+    set(CMAKE_CUDA_ARCHITECTURES "${_archs}")
   endif()
   enable_language(CUDA)
+  # libtorch's headers need C++20 in .cu files too (CUDA sources follow CXX_STANDARD 20). CMake
+  # before 3.27 does not know nvcc's C++20 flag; nvcc 12+ takes -std=c++20.
+  if(NOT DEFINED CMAKE_CUDA20_STANDARD_COMPILE_OPTION)
+    set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+    set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+  endif()
+  set(CMAKE_CUDA_STANDARD 20)
   find_package(CUDAToolkit REQUIRED)
+  message(STATUS "brrr: CUDA sources on, architectures ${CMAKE_CUDA_ARCHITECTURES}")
+else()
+  message(STATUS "brrr: CUDA sources off (BRRR_CUDA=${BRRR_CUDA})")
 endif()
-message(STATUS "brrr: CUDA sources ${BRRR_HAVE_CUDA} (BRRR_CUDA=${BRRR_CUDA})")
 
 # --- system libraries ------------------------------------------------------------------------
 find_package(yaml-cpp REQUIRED)
@@ -62,29 +53,32 @@ else()
   message(FATAL_ERROR "brrr: yaml-cpp found but it exports neither yaml-cpp::yaml-cpp nor yaml-cpp")
 endif()
 find_package(fmt REQUIRED)
-# libtorch ships headers of another fmt major version inside its include directory, which would
-# shadow the system fmt that brrr links (undefined fmt::vNN symbols at link time). A directory
-# holding only a link to the system fmt headers is put first on the include path.
-get_target_property(_brrr_fmt_inc fmt::fmt INTERFACE_INCLUDE_DIRECTORIES)
-list(GET _brrr_fmt_inc 0 _brrr_fmt_inc)
-set(BRRR_FMT_INCLUDE_DIR "${_brrr_fmt_inc}")
+include(brrrFmtShim)
 set(BRRR_FMT_SHIM "${CMAKE_BINARY_DIR}/fmt_shim")
-file(MAKE_DIRECTORY "${BRRR_FMT_SHIM}")
-if(NOT EXISTS "${BRRR_FMT_SHIM}/fmt")
-  file(CREATE_LINK "${BRRR_FMT_INCLUDE_DIR}/fmt" "${BRRR_FMT_SHIM}/fmt" SYMBOLIC)
-endif()
+brrr_make_fmt_shim("${BRRR_FMT_SHIM}")
 find_package(JPEG REQUIRED)
 find_package(PNG REQUIRED)
 find_package(ZLIB REQUIRED)
 find_package(Threads REQUIRED)
 
-# brrr_layer_sources(<out> <folder>): the folder's sources. Files named `*_cuda.cpp` or `*.cu`
-# are compiled only with CUDA; `*_nocuda.cpp` only without (the CPU stand-in of the same unit).
+# brrr_layer_sources(<out> <folder> [EXCLUDE <subfolder>...]): the folder's sources, recursively,
+# without the named sub-folders (layers of their own). Files named `*_cuda.cpp` or `*.cu` are
+# compiled only with CUDA; `*_nocuda.cpp` only without (the CPU stand-in of the same unit).
 function(brrr_layer_sources out folder)
+  cmake_parse_arguments(_ls "" "" "EXCLUDE" ${ARGN})
   file(GLOB_RECURSE _all CONFIGURE_DEPENDS
     "${CMAKE_CURRENT_SOURCE_DIR}/${folder}/*.cpp" "${CMAKE_CURRENT_SOURCE_DIR}/${folder}/*.cu")
   set(_keep)
   foreach(f IN LISTS _all)
+    set(_skip OFF)
+    foreach(sub IN LISTS _ls_EXCLUDE)
+      if(f MATCHES "^${CMAKE_CURRENT_SOURCE_DIR}/${folder}/${sub}/")
+        set(_skip ON)
+      endif()
+    endforeach()
+    if(_skip)
+      continue()
+    endif()
     if(BRRR_HAVE_CUDA AND f MATCHES "_nocuda\\.cpp$")
       continue()
     endif()

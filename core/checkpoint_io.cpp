@@ -88,11 +88,14 @@ void write_archive(const std::string& path,
 
 }  // namespace
 
-CheckpointStore::CheckpointStore(std::string run_dir, int64_t keep_last)
-    : dir_((fs::path(run_dir) / "checkpoints").string()), keep_last_(keep_last) {
+CheckpointStore::CheckpointStore(std::string run_dir, int64_t keep_last, bool writable)
+    : dir_((fs::path(run_dir) / "checkpoints").string()),
+      keep_last_(keep_last),
+      writable_(writable) {
   if (keep_last < 0) {
     throw CheckpointError(fmt::format("keep_last must be >= 0 (0 keeps all), got {}", keep_last));
   }
+  if (!writable_) return;
   std::error_code ec;
   fs::create_directories(dir_, ec);
   if (ec) {
@@ -108,6 +111,7 @@ std::string CheckpointStore::step_path(int64_t step) const {
 
 std::string CheckpointStore::save(
     int64_t step, const std::function<void(torch::serialize::OutputArchive&)>& fill) const {
+  if (!writable_) throw CheckpointError(fmt::format("checkpoint store '{}' is read-only", dir_));
   if (step < 0) throw CheckpointError(fmt::format("checkpoint step must be >= 0, got {}", step));
   const std::string path = step_path(step);
   write_archive(path, fill);
@@ -117,6 +121,7 @@ std::string CheckpointStore::save(
 
 std::string CheckpointStore::save_best(
     const std::function<void(torch::serialize::OutputArchive&)>& fill) const {
+  if (!writable_) throw CheckpointError(fmt::format("checkpoint store '{}' is read-only", dir_));
   const std::string path = (fs::path(dir_) / kBestName).string();
   write_archive(path, fill);
   return path;

@@ -34,8 +34,9 @@ struct CheckpointFile {
 class CheckpointStore {
  public:
   /// `run_dir`/checkpoints/ is created if needed. keep_last = step checkpoints kept (0 = all).
-  /// Stale tmp files of dead processes (crashed saves) are removed.
-  CheckpointStore(std::string run_dir, int64_t keep_last);
+  /// Stale tmp files of dead processes (crashed saves) are removed. A store that is not
+  /// `writable` (a rank that only reads) touches nothing on disk, and its save() throws.
+  CheckpointStore(std::string run_dir, int64_t keep_last, bool writable = true);
 
   /// Serializes `fill`'s archive to checkpoints/step_<8 digits>.pt atomically, then deletes the
   /// oldest step files beyond keep_last (never the one just written, never best.pt).
@@ -69,6 +70,7 @@ class CheckpointStore {
 
   std::string dir_;
   int64_t keep_last_;
+  bool writable_ = true;
 };
 
 }  // namespace brrr

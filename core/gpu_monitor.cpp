@@ -1,4 +1,5 @@
 #include "core/gpu_monitor.h"
+#include "core/json_lines.h"
 
 #include <dlfcn.h>
 #include <fmt/format.h>
@@ -124,11 +125,14 @@ GpuSummary summarize_gpu_samples(const std::vector<GpuSample>& samples) {
 }
 
 std::string gpu_sample_json(const GpuSample& x) {
-  return fmt::format(
-      "{{\"t_s\": {:.3f}, \"util_pct\": {:.0f}, \"mem_used_mib\": {:.0f}, \"mem_total_mib\": "
-      "{:.0f}, "
-      "\"sm_clock_mhz\": {:.0f}, \"power_w\": {:.1f}}}",
-      x.t_s, x.util_pct, x.mem_used_mib, x.mem_total_mib, x.sm_clock_mhz, x.power_w);
+  // NVML reports whole percents, MiB and MHz; time to the millisecond, power to 0.1 W.
+  return JsonObject{{"t_s", std::round(x.t_s * 1e3) / 1e3},
+                    {"util_pct", std::llround(x.util_pct)},
+                    {"mem_used_mib", std::llround(x.mem_used_mib)},
+                    {"mem_total_mib", std::llround(x.mem_total_mib)},
+                    {"sm_clock_mhz", std::llround(x.sm_clock_mhz)},
+                    {"power_w", std::round(x.power_w * 10.0) / 10.0}}
+      .dump();
 }
 
 int nvml_index_for_cuda_device(int cuda_index, const char* cuda_visible_devices) {

@@ -1,5 +1,7 @@
 #include "core/json_lines.h"
 
+#include <fmt/format.h>
+
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/exceptions.h>
 #include <yaml-cpp/mark.h>
@@ -83,11 +85,11 @@ class RecordBuilder : public YAML::EventHandler {
   void open(const YAML::Mark& mark, bool is_map) {
     if (stack_.empty()) {
       if (root_closed_ || !is_map) fail(mark, "expected one object {...} per line");
-      stack_.push_back({true, ""});
+      stack_.push_back(Frame{true, "", true, "", 0});
       return;
     }
     if (expecting_key()) fail(mark, "an object key must be a string");
-    stack_.push_back({is_map, name(mark) + "/"});
+    stack_.push_back(Frame{is_map, name(mark) + "/", true, "", 0});
   }
   void close() {
     stack_.pop_back();
@@ -266,6 +268,124 @@ std::string json_escape(std::string_view text) {
     }
   }
   return out;
+}
+
+// ---- writing ---------------------------------------------------------------------------------
+
+namespace {
+
+// The writer escapes with json_escape, the reader's own rule: one writer, one reader.
+void dump_string(std::string& out, const std::string& s) {
+  out.push_back('"');
+  out += json_escape(s);
+  out.push_back('"');
+}
+
+void dump_double(std::string& out, double v) {
+  if (std::isnan(v)) {
+    out += "NaN";
+  } else if (std::isinf(v)) {
+    out += v > 0 ? "Infinity" : "-Infinity";
+  } else {
+    // fmt's "{}" is the shortest text that parses back to the same double ("0.1", "1e-05",
+    // "100"); append ".0" to integral-looking values so readers keep them as floats.
+    const size_t start = out.size();
+    fmt::format_to(std::back_inserter(out), "{}", v);
+    if (out.find_first_of(".eE", start) == std::string::npos) out += ".0";
+  }
+}
+
+}  // namespace
+
+// ---- JsonObject -------------------------------------------------------------------------------
+
+JsonObject::JsonObject() = default;
+JsonObject::JsonObject(std::initializer_list<std::pair<std::string, JsonValue>> items) {
+  for (const auto& [key, value] : items) set(key, value);
+}
+JsonObject::JsonObject(const JsonObject&) = default;
+JsonObject::JsonObject(JsonObject&&) noexcept = default;
+JsonObject& JsonObject::operator=(const JsonObject&) = default;
+JsonObject& JsonObject::operator=(JsonObject&&) noexcept = default;
+JsonObject::~JsonObject() = default;
+
+JsonObject& JsonObject::set(const std::string& key, JsonValue value) {
+  for (auto& item : items_) {
+    if (item.first == key) {
+      item.second = std::move(value);
+      return *this;
+    }
+  }
+  items_.emplace_back(key, std::move(value));
+  return *this;
+}
+
+const JsonValue* JsonObject::find(const std::string& key) const {
+  for (const auto& item : items_) {
+    if (item.first == key) return &item.second;
+  }
+  return nullptr;
+}
+
+size_t JsonObject::size() const {
+  return items_.size();
+}
+bool JsonObject::empty() const {
+  return items_.empty();
+}
+const std::vector<std::pair<std::string, JsonValue>>& JsonObject::items() const {
+  return items_;
+}
+
+std::string JsonObject::dump() const {
+  return JsonValue(*this).dump();
+}
+
+// ---- JsonValue --------------------------------------------------------------------------------
+
+double JsonValue::as_double() const {
+  if (const auto* i = std::get_if<int64_t>(&value_)) return static_cast<double>(*i);
+  return std::get<double>(value_);
+}
+
+std::string JsonValue::dump() const {
+  std::string out;
+  dump_to(out);
+  return out;
+}
+
+void JsonValue::dump_to(std::string& out) const {
+  if (std::holds_alternative<std::monostate>(value_)) {
+    out += "null";
+  } else if (const auto* b = std::get_if<bool>(&value_)) {
+    out += *b ? "true" : "false";
+  } else if (const auto* i = std::get_if<int64_t>(&value_)) {
+    fmt::format_to(std::back_inserter(out), "{}", *i);
+  } else if (const auto* d = std::get_if<double>(&value_)) {
+    dump_double(out, *d);
+  } else if (const auto* s = std::get_if<std::string>(&value_)) {
+    dump_string(out, *s);
+  } else if (const auto* o = std::get_if<JsonObject>(&value_)) {
+    out.push_back('{');
+    bool first = true;
+    for (const auto& [key, value] : o->items()) {
+      if (!first) out += ", ";
+      first = false;
+      dump_string(out, key);
+      out += ": ";
+      value.dump_to(out);
+    }
+    out.push_back('}');
+  } else {
+    out.push_back('[');
+    bool first = true;
+    for (const auto& value : std::get<Array>(value_)) {
+      if (!first) out += ", ";
+      first = false;
+      value.dump_to(out);
+    }
+    out.push_back(']');
+  }
 }
 
 }  // namespace brrr

@@ -291,7 +291,7 @@ std::string format_value(const Field& field, const void* value, const std::strin
     case Kind::kBool:
       return *static_cast<const bool*>(value) ? "true" : "false";
     case Kind::kString:
-      return "\"" + json_escape(*static_cast<const std::string*>(value)) + "\"";
+      return fmt::format("\"{}\"", json_escape(*static_cast<const std::string*>(value)));
     case Kind::kIntList:
       return format_list(*static_cast<const std::vector<int64_t>*>(value));
     case Kind::kDoubleList:

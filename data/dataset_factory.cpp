@@ -1,5 +1,7 @@
 #include "data/dataset_factory.h"
 
+#include <fmt/format.h>
+
 #include <filesystem>
 
 #include "core/error.h"
@@ -48,8 +50,7 @@ DatasetPtr make_subset(DatasetPtr base, int64_t limit) {
   return std::make_shared<SubsetDataset>(std::move(base), limit);
 }
 
-DatasetPtr make_dataset(const DatasetOptions& options, const ModelOptions& model,
-                        const std::string& key) {
+DatasetPtr make_dataset(const DatasetOptions& options, const std::string& key) {
   const std::string& name = options.dataset;
   DatasetPtr dataset;
   if (name == "fashion_mnist") {
@@ -61,8 +62,13 @@ DatasetPtr make_dataset(const DatasetOptions& options, const ModelOptions& model
     dataset = std::make_shared<ImageFolderDataset>(options.path, options.transforms);
   } else if (name == "token_file") {
     require_path(options.path, key, "token_file");
-    const int64_t block_size = options.block_size > 0 ? options.block_size : model.block_size;
-    dataset = std::make_shared<TokenFileDataset>(options.path, block_size,
+    if (options.block_size <= 0) {
+      throw ConfigError(
+          fmt::format("{}.block_size: must be > 0 for token_file, got {} (the config "
+                      "resolves 0 to model.block_size)",
+                      key, options.block_size));
+    }
+    dataset = std::make_shared<TokenFileDataset>(options.path, options.block_size,
                                                  parse_token_dtype(options.token_dtype),
                                                  parse_token_windows(options.windows));
   } else if (name == "csv") {

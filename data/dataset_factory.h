@@ -11,12 +11,11 @@ namespace brrr {
 /// Default folder of the Fashion-MNIST IDX files when `path` is empty.
 inline constexpr const char* kFashionMnistDefaultPath = "/usr/share/datasets/fashion-mnist";
 
-/// `fashion_mnist`, `image_folder`, `token_file` or `csv` from `options`; token_file's block_size 0
-/// means model.block_size; `limit` > 0 keeps the first `limit` examples. `key` is the options'
-/// key path for messages ("data" or "data.val"). ConfigError naming `<key>.dataset` for an unknown
-/// name; DataError naming `<key>.path` and the path when it does not exist.
-DatasetPtr make_dataset(const DatasetOptions& options, const ModelOptions& model,
-                        const std::string& key = "data");
+/// `fashion_mnist`, `image_folder`, `token_file` or `csv` from `options` (as resolved by the
+/// config: token_file's block_size is > 0); `limit` > 0 keeps the first `limit` examples. `key` is
+/// the options' key path for messages ("data" or "data.val"): ConfigError naming `<key>.dataset`
+/// for an unknown name, DataError naming `<key>.path` and the path when it does not exist.
+DatasetPtr make_dataset(const DatasetOptions& options, const std::string& key = "data");
 
 /// The first `limit` examples of `base` (all of them when limit >= base->size()).
 DatasetPtr make_subset(DatasetPtr base, int64_t limit);

@@ -35,9 +35,11 @@ class BasicBlockImpl : public torch::nn::Module {
   static constexpr int64_t kExpansion = 1;
 
   explicit BasicBlockImpl(const BlockShape& s)
+      // In declaration order (convs, then norms), which is the order members are initialised and
+      // so the order parameters are registered in.
       : conv1(register_module("conv1", conv(s.in_channels, s.width, 3, s.stride))),
-        bn1(register_module("bn1", torch::nn::BatchNorm2d(s.width))),
         conv2(register_module("conv2", conv(s.width, s.width, 3, 1))),
+        bn1(register_module("bn1", torch::nn::BatchNorm2d(s.width))),
         bn2(register_module("bn2", torch::nn::BatchNorm2d(s.width))) {
     if (s.stride != 1 || s.in_channels != s.width) {
       downsample = register_module("downsample", make_downsample(s, s.width));
@@ -72,11 +74,12 @@ class BottleneckImpl : public torch::nn::Module {
   static constexpr int64_t kExpansion = 4;
 
   explicit BottleneckImpl(const BlockShape& s)
+      // In declaration order (convs, then norms): see BasicBlockImpl.
       : conv1(register_module("conv1", conv(s.in_channels, s.width, 1, 1))),
-        bn1(register_module("bn1", torch::nn::BatchNorm2d(s.width))),
         conv2(register_module("conv2", conv(s.width, s.width, 3, s.stride))),
-        bn2(register_module("bn2", torch::nn::BatchNorm2d(s.width))),
         conv3(register_module("conv3", conv(s.width, s.width * kExpansion, 1, 1))),
+        bn1(register_module("bn1", torch::nn::BatchNorm2d(s.width))),
+        bn2(register_module("bn2", torch::nn::BatchNorm2d(s.width))),
         bn3(register_module("bn3", torch::nn::BatchNorm2d(s.width * kExpansion))) {
     if (s.stride != 1 || s.in_channels != s.width * kExpansion) {
       downsample = register_module("downsample", make_downsample(s, s.width * kExpansion));

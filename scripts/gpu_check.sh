@@ -94,7 +94,7 @@ stage_build() {
 stage_tests() {
   local rc=0 suite filter
   run python3 tests/golden/make_all.py --out "$BUILD_DIR/golden" || rc=1
-  for suite in core data models trainer cli; do
+  for suite in core ops data models trainer report cli; do
     [[ -x "$BUILD_DIR/tests/${suite}_tests" ]] || { echo "no ${suite}_tests built"; rc=1; continue; }
     filter='*Gpu*:*GPU*:*Cuda*:*CUDA*:*Pinned*:*Prefetch*:*Device*:*Autocast*:*Fused*:*Nvml*:*Monitor*'
     if ! run "$BUILD_DIR/tests/${suite}_tests" --gtest_filter="$filter" --gtest_brief=1; then
@@ -110,6 +110,11 @@ stage_tests() {
       fi
     fi
   done
+  # The op kernels under compute-sanitizer (memcheck: out-of-bounds and misaligned accesses).
+  if command -v compute-sanitizer >/dev/null && [[ -x "$BUILD_DIR/tests/ops_tests" ]]; then
+    run compute-sanitizer --tool memcheck --error-exitcode 1 \
+      "$BUILD_DIR/tests/ops_tests" --gtest_filter='*Cuda*' --gtest_brief=1 || rc=1
+  fi
   if [[ "${FULL_TESTS:-0}" == 1 ]]; then
     run ctest --test-dir "$BUILD_DIR" -j8 --output-on-failure --timeout 300 || rc=1
   fi

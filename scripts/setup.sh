@@ -2,15 +2,18 @@
 # Installs everything brrr needs on a fresh Debian/Ubuntu machine (run as root). Idempotent: a
 # second run installs nothing and takes a second or two.
 #  - apt: compiler, CMake, ninja, ccache, yaml-cpp, fmt, GoogleTest, libjpeg-turbo, libpng, zlib,
-#         and the real data the quickstart and the text configs use (Fashion-MNIST, fortunes).
-#  - pip: the CPU build of PyTorch 2.13.0 (its libtorch is what brrr links), only when no torch is
-#         importable; tensorboard and Pillow (used by tests), only when missing.
+#         rsvg-convert (the report's PNGs), and the real data the quickstart and the text configs
+#         use (Fashion-MNIST, fortunes).
+#  - pip: PyTorch 2.13.0 (its libtorch is what brrr links; PyPI's build is the CUDA 13.0 one),
+#         only when no torch is importable; tensorboard and Pillow (used by tests), when missing.
+# With a CUDA toolkit (nvcc) on the machine, brrr compiles its CUDA sources; without one it builds
+# the CPU configuration from the same libtorch (cmake/brrrFindTorch.cmake says so).
 set -euo pipefail
 
 APT_PACKAGES=(
   g++ make cmake ninja-build ccache pkg-config git python3 python3-pip
   libyaml-cpp-dev libfmt-dev libgtest-dev libgmock-dev
-  libjpeg-dev libpng-dev zlib1g-dev
+  libjpeg-dev libpng-dev zlib1g-dev librsvg2-bin
   dataset-fashion-mnist fortunes
 )
 
@@ -35,9 +38,10 @@ pip_install() {
   # Debian's system python refuses pip without this flag (PEP 668); a pyenv/venv python ignores it.
   "$PY" -m pip install -q --break-system-packages "$@" 2>/dev/null || "$PY" -m pip install -q "$@"
 }
+TORCH_VERSION=2.13.0
 if ! "$PY" -c 'import torch' >/dev/null 2>&1; then
-  echo "setup: pip install torch==2.13.0 (CPU build)"
-  pip_install torch==2.13.0
+  echo "setup: pip install torch==${TORCH_VERSION}"
+  pip_install "torch==${TORCH_VERSION}"
 fi
 # Test-only Python packages: tensorboard reads our event files back, Pillow writes image fixtures.
 if ! "$PY" -c 'import tensorboard' >/dev/null 2>&1; then
@@ -45,7 +49,11 @@ if ! "$PY" -c 'import tensorboard' >/dev/null 2>&1; then
   pip_install tensorboard==2.21.0
 fi
 if ! "$PY" -c 'import PIL' >/dev/null 2>&1; then
-  echo "setup: pip install pillow"
+  echo "setup: pip install pillow==13.0.0"
   pip_install "pillow==13.0.0"
 fi
-echo "setup: ok ($("$PY" -c 'import torch; print("torch", torch.__version__)'))"
+cuda="no nvcc: the CUDA sources will be off"
+if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
+  cuda="nvcc found: the CUDA sources will be compiled"
+fi
+echo "setup: ok ($("$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'); ${cuda})"

@@ -2,6 +2,6 @@
 #include <string>
 #include <vector>
 
-#include "trainer/cli.h"
+#include "trainer/cli/cli.h"
 
 int main(int argc, char** argv) { return brrr::run_cli(std::vector<std::string>(argv + 1, argv + argc)); }

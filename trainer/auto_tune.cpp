@@ -11,7 +11,9 @@ namespace brrr {
 
 WorkerChoice choose_num_workers(double step_seconds, int64_t max_workers,
                                 const std::function<double(int64_t)>& measure) {
-  TORCH_CHECK(step_seconds > 0, "choose_num_workers: step_seconds must be > 0, got ", step_seconds);
+  if (!(step_seconds > 0)) {
+    throw Error(fmt::format("choose_num_workers: step_seconds must be > 0, got {}", step_seconds));
+  }
   // Batches/s the model consumes, plus 50% headroom: the loader measured alone is faster than next
   // to a training process that competes for the cores. On the H200 machine (ResNet-50, batch 256),
   // a count chosen with 10% headroom left the run waiting for data 16% of the time.
@@ -47,10 +49,13 @@ WorkerChoice choose_num_workers(double step_seconds, int64_t max_workers,
 
 double measure_loader(const DatasetPtr& dataset, const DataLoaderOptions& options,
                       int64_t batches) {
-  TORCH_CHECK(batches > 0, "measure_loader: batches must be > 0, got ", batches);
+  if (batches <= 0)
+    throw Error(fmt::format("measure_loader: batches must be > 0, got {}", batches));
   DataLoader loader(dataset, options);
-  TORCH_CHECK(loader.batches_per_epoch() > 0, "measure_loader: the data set gives no batch (",
-              dataset->describe(), ")");
+  if (loader.batches_per_epoch() == 0) {
+    throw Error(
+        fmt::format("measure_loader: the data set gives no batch ({})", dataset->describe()));
+  }
   int64_t epoch = 0;
   loader.start_epoch(epoch, 0);
   auto next = [&] {
@@ -66,8 +71,9 @@ double measure_loader(const DatasetPtr& dataset, const DataLoaderOptions& option
 
 BatchChoice find_max_batch_size(const std::function<void(int64_t)>& try_step, int64_t start,
                                 int64_t limit, double headroom) {
-  TORCH_CHECK(headroom >= 0 && headroom < 1,
-              "find_max_batch_size: headroom must be in [0, 1), got ", headroom);
+  if (!(headroom >= 0 && headroom < 1)) {
+    throw Error(fmt::format("find_max_batch_size: headroom must be in [0, 1), got {}", headroom));
+  }
   auto round8 = [](int64_t b) { return std::max<int64_t>(8, b / 8 * 8); };
   auto fits = [&](int64_t b) {
     try {

@@ -1,58 +1,65 @@
 #include "trainer/trainer.h"
 
-#include <c10/core/impl/VirtualGuardImpl.h>
-#include <c10/util/ScopeExit.h>
-
 #include <filesystem>
-#include <fstream>
-#include <thread>
 
-#include "core/checkpoint_io.h"
 #include "core/device.h"
 #include "core/device_info.h"
 #include "core/error.h"
-#include "core/gpu_monitor.h"
-#include "core/grad_scaler.h"
-#include "core/log.h"
-#include "core/precision.h"
+#include "core/ops/image_input.h"
 #include "data/data_loader.h"
 #include "data/dataset_factory.h"
-#include "data/normalize.h"
+#include "data/loader_options.h"
 #include "data/prefetcher.h"
 #include "models/model.h"
 #include "models/registry.h"
-#include "trainer/auto_tune.h"
-#include "trainer/jsonl_writer.h"
-#include "trainer/lr_schedule.h"
-#include "trainer/optimizer.h"
-#include "trainer/profiler.h"
-#include "trainer/progress.h"
-#include "trainer/step_timer.h"
-#include "trainer/tensorboard_writer.h"
+#include "trainer/evaluator.h"
+#include "trainer/optim/grad_scaler.h"
+#include "trainer/optim/lr_schedule.h"
+#include "trainer/optim/optimizer.h"
+#include "trainer/run_outputs.h"
 
 namespace brrr {
 
 namespace fs = std::filesystem;
 
+namespace detail {
+
+// The virtual hooks of Trainer as the first callback, so every event has one dispatch.
+class HookCallback : public Callback {
+ public:
+  std::string name() const override { return "hooks"; }
+  void on_train_start(Trainer& t) override { t.on_train_start(); }
+  void on_step_end(Trainer& t, int64_t step) override { t.on_step_end(step); }
+  void on_eval_end(Trainer& t, int64_t step, const Metrics& m) override { t.on_eval_end(step, m); }
+  void on_train_end(Trainer& t) override { t.on_train_end(); }
+};
+
+}  // namespace detail
+
 Trainer::Trainer(ExperimentConfig config) : config_(std::move(config)), device_(c10::kCPU) {
   validate(config_);
   run_dir_ = (fs::path(config_.run.output_dir) / config_.run.name).string();
+  callbacks_.push_back(std::make_shared<detail::HookCallback>());
 }
 
 Trainer::~Trainer() = default;
 
 Model& Trainer::model() {
-  TORCH_CHECK(model_, "Trainer::model() called before setup()");
+  if (!model_) throw Error("Trainer::model() called before setup()");
   return *model_;
 }
 
 Optimizer& Trainer::optimizer() {
-  TORCH_CHECK(optimizer_, "Trainer::optimizer() called before setup()");
+  if (!optimizer_) throw Error("Trainer::optimizer() called before setup()");
   return *optimizer_;
 }
 
 void Trainer::add_callback(std::shared_ptr<Callback> callback) {
   callbacks_.push_back(std::move(callback));
+}
+
+void Trainer::notify(const std::function<void(Callback&)>& event) {
+  for (auto& cb : callbacks_) event(*cb);
 }
 
 void Trainer::request_stop(const std::string& reason) {
@@ -68,12 +75,12 @@ std::shared_ptr<Model> Trainer::build_model() {
 }
 
 DatasetPtr Trainer::build_train_dataset() {
-  return make_dataset(config_.data, config_.model);
+  return make_dataset(config_.data, "data");
 }
 
 DatasetPtr Trainer::build_val_dataset() {
   if (config_.data.val.dataset.empty()) return nullptr;
-  return make_dataset(config_.data.val, config_.model);
+  return make_dataset(config_.data.val, "data.val");
 }
 
 std::unique_ptr<Optimizer> Trainer::configure_optimizers() {
@@ -135,16 +142,15 @@ void Trainer::setup() {
   device_ = resolve_device(config_.run.device);
   if (config_.run.num_threads > 0) at::set_num_threads(static_cast<int>(config_.run.num_threads));
   precision_ = parse_precision(config_.train.precision);
-  const Precision precision = precision_;
   if (device_.is_cuda()) {
-    set_tf32(precision != Precision::kFP32);
+    set_tf32(precision_ != Precision::kFP32);
     // Input shapes are fixed per run (fixed-size batch slots), so cuDNN's autotuner pays off.
     at::globalContext().setBenchmarkCuDNN(true);
   }
   torch::manual_seed(static_cast<uint64_t>(config_.run.seed));
 
   model_ = build_model();
-  TORCH_CHECK(model_, "build_model() returned null");
+  if (!model_) throw Error("build_model() returned null");
   model_->to(device_);
   use_channels_last_if_useful();
   params_.clear();
@@ -154,7 +160,7 @@ void Trainer::setup() {
   optimizer_ = configure_optimizers();
   schedule_ = make_lr_schedule(config_.schedule, config_.optim.lr, config_.train.max_steps);
   scaler_ =
-      std::make_unique<GradScaler>(config_.train.fp16, precision == Precision::kFP16, device_);
+      std::make_unique<GradScaler>(config_.train.fp16, precision_ == Precision::kFP16, device_);
 
   build_data();
 
@@ -182,125 +188,24 @@ void Trainer::use_channels_last_if_useful() {
 
 void Trainer::build_data() {
   train_set_ = build_train_dataset();
-  TORCH_CHECK(train_set_, "build_train_dataset() returned null");
+  if (!train_set_) throw Error("build_train_dataset() returned null");
   val_set_ = build_val_dataset();
   auto_tune();
+  LoaderPlacement placement;
+  placement.device = device_;
+  placement.seed = config_.run.seed;
   const DataOptions& d = config_.data;
-  auto options = DataLoaderOptions()
-                     .batch_size(d.batch_size)
-                     .shuffle(d.shuffle)
-                     .num_workers(std::max<int64_t>(d.num_workers, 0))
-                     .pin_memory(d.pin_memory && device_.is_cuda())
-                     .prefetch_factor(d.prefetch_factor)
-                     .persistent_workers(d.persistent_workers)
-                     .drop_last(d.drop_last)
-                     .timeout(d.timeout)
-                     .seed(static_cast<uint64_t>(config_.run.seed))
-                     .device(device_);
-  train_loader_ = std::make_unique<DataLoader>(train_set_, options);
+  train_loader_ = std::make_unique<DataLoader>(
+      train_set_, make_loader_options(d, LoaderRole::kTrain, placement));
   if (train_loader_->batches_per_epoch() == 0) {
     throw ConfigError(
         fmt::format("data.batch_size: {} with drop_last gives no batch from {} examples ({})",
                     d.batch_size, train_set_->size(), train_set_->describe()));
   }
-}
-
-// A batch of `batch_size` copies of example 0 on the device, prepared as a training batch is.
-Batch Trainer::probe_batch(int64_t batch_size) {
-  Rng rng(0);
-  const Sample spec = train_set_->get(0, rng);
-  Batch batch;
-  for (const auto& [key, value] : spec) {
-    std::vector<int64_t> shape = {batch_size};
-    shape.insert(shape.end(), value.sizes().begin(), value.sizes().end());
-    batch[key] = value.unsqueeze(0).expand(shape).contiguous().to(device_);
-  }
-  return prepare_batch(std::move(batch));
-}
-
-// One forward+backward (no optimizer step, so the weights are untouched). Used by the auto-tuners.
-void Trainer::probe_step(const Batch& batch) {
-  StepOutput out;
-  {
-    AutocastGuard autocast(precision_, device_);
-    out = training_step(batch);
-  }
-  scaler_->scale(out.loss).backward();
-  optimizer_->zero_grad();
-}
-
-void Trainer::auto_tune() {
-  DataOptions& d = config_.data;
-  auto sync = [this] {
-    if (device_.is_cuda())
-      c10::impl::VirtualGuardImpl(device_.type()).synchronizeDevice(device_.index());
-  };
-  if (d.batch_size == 0) {
-    if (!device_.is_cuda()) {
-      d.batch_size = 64;
-      log::info("data.batch_size: auto needs a CUDA device to measure memory; using 64 on {}",
-                device_.str());
-    } else {
-      int64_t param_bytes = 0;
-      for (const auto& p : params_) param_bytes += p.numel() * p.element_size();
-      int64_t sample_bytes = 0;  // one example as the loader delivers it
-      Rng rng(0);
-      for (const auto& [key, value] : train_set_->get(0, rng))
-        sample_bytes += static_cast<int64_t>(value.nbytes());
-      // cuDNN's autotuner would benchmark every convolution again at every trial size (minutes
-      // for a ResNet); the heuristic algorithms are enough to see what fits.
-      const bool benchmark = at::globalContext().benchmarkCuDNN();
-      at::globalContext().setBenchmarkCuDNN(false);
-      const auto restore =
-          c10::make_scope_exit([benchmark] { at::globalContext().setBenchmarkCuDNN(benchmark); });
-      const BatchChoice choice = find_max_batch_size(
-          [&](int64_t b) {
-            // Room for the optimizer's state (two moments), which the trial does not allocate,
-            // and for two more batches: the prefetcher's next one and the previous one, whose
-            // memory the allocator frees only once the step that used it is done.
-            const at::Tensor reserve = at::empty({2 * param_bytes + 2 * b * sample_bytes},
-                                                 at::TensorOptions(at::kByte).device(device_));
-            probe_step(probe_batch(b));
-            sync();
-          },
-          8, 4096);
-      detail::cuda_empty_cache();
-      d.batch_size = choice.batch_size;
-      log::info("data.batch_size: auto -> {} ({}, precision {})", d.batch_size, choice.reason,
-                config_.train.precision);
-    }
-  }
-  if (d.num_workers < 0) {
-    const Batch batch = probe_batch(d.batch_size);
-    probe_step(batch);  // warm-up (cuDNN autotuning, allocator)
-    sync();
-    const auto t0 = std::chrono::steady_clock::now();
-    const int kSteps = 3;
-    for (int i = 0; i < kSteps; ++i) probe_step(batch);
-    sync();
-    const double step_s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / kSteps;
-    const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
-    const auto choice = choose_num_workers(step_s, std::min<int64_t>(cores, 32), [&](int64_t n) {
-      auto options = DataLoaderOptions()
-                         .batch_size(d.batch_size)
-                         .shuffle(d.shuffle)
-                         .num_workers(n)
-                         .prefetch_factor(d.prefetch_factor)
-                         .drop_last(true)
-                         .persistent_workers(true)
-                         .pin_memory(d.pin_memory)
-                         .device(device_)
-                         .seed(config_.run.seed);
-      // Two rounds of the ring after the warm-up; at least 8 batches.
-      return measure_loader(train_set_, options, std::max<int64_t>(8, 2 * n * d.prefetch_factor));
-    });
-    std::string table;
-    for (const auto& t : choice.trials)
-      table += fmt::format(" {}:{:.1f}", t.num_workers, t.batches_per_s);
-    log::info("data.num_workers: auto -> {} ({}); measured batches/s by workers:{}",
-              choice.num_workers, choice.reason, table);
-    d.num_workers = choice.num_workers;
+  if (val_set_) {
+    evaluator_ =
+        std::make_unique<Evaluator>(val_set_, make_loader_options(d, LoaderRole::kEval, placement),
+                                    precision_, config_.train.eval_steps);
   }
 }
 

@@ -3,17 +3,20 @@
 // override hooks (training_step, validation_step, build_model, build_train_dataset, ...) without
 // copying the loop.
 //
+// The loop is made of parts with one job each: a StepRunner takes one optimizer step (no I/O, no
+// sync), an Evaluator runs the validation set, RunOutputs writes and shows everything (created by
+// fit() and destroyed with it), TrainCounters is what a checkpoint says about progress, and the
+// virtual hooks below are the first Callback of the callback list (one dispatch for both).
+//
 // Invariants of fit():
 //  * No host-device sync outside logging/eval/checkpoint steps: losses, grad norms and the
 //    non-finite flag are accumulated on the device and read only when a log line is written.
-//  * Gradients accumulate over grad_accum_steps micro-batches with the loss divided by
-//    grad_accum_steps, so N micro-batches of B/N give the update of one batch of B.
 //  * The checkpoint holds everything the next step depends on (weights, optimizer, schedule,
 //    scaler, RNG, loader position, counters, callbacks), so resume reproduces the run bit for bit.
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
-#include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -23,6 +26,9 @@
 #include "core/precision.h"
 #include "data/dataset.h"
 #include "trainer/callbacks.h"
+#include "trainer/observe/metric_record.h"
+#include "trainer/step_output.h"
+#include "trainer/train_counters.h"
 
 namespace torch::serialize {
 class OutputArchive;
@@ -37,25 +43,17 @@ class LrSchedule;
 class GradScaler;
 class DataLoader;
 class Prefetcher;
-class CheckpointStore;
-class StepTimer;
-class JsonlWriter;
-class TensorBoardWriter;
-class ProgressLine;
-class GpuMonitor;
-class TraceRecorder;
+class Evaluator;
 class ImageNormalizer;
-
-/// What a training/validation step returns.
-struct StepOutput {
-  /// Mean loss over the micro-batch, 0-dim, attached to the graph in training.
-  at::Tensor loss;
-  /// Named 0-dim tensors summed over the batch (e.g. "correct"); evaluate() divides by examples.
-  std::map<std::string, at::Tensor> sums;
-  /// Examples in the batch (for averaging) and tokens (for tokens/s; 0 if not a language model).
-  int64_t examples = 0;
-  int64_t tokens = 0;
-};
+class RunOutputs;
+class StepRunner;
+class StepTimer;
+struct FetchedBatch;
+struct RunFacts;
+struct WindowAccumulators;
+namespace detail {
+class HookCallback;
+}
 
 class Trainer {
  public:
@@ -77,17 +75,19 @@ class Trainer {
   void add_callback(std::shared_ptr<Callback> callback);
   /// Asks fit() to stop after the current step (a checkpoint is written).
   void request_stop(const std::string& reason);
-  /// Writes a checkpoint now (`best` = the best-metric slot).
+  /// Writes a checkpoint now (`best` = the best-metric slot). Only during fit().
   void save_checkpoint(bool best = false);
 
   const ExperimentConfig& config() const { return config_; }
   c10::Device device() const { return device_; }
   Model& model();
   Optimizer& optimizer();
-  int64_t step() const { return step_; }
+  /// Optimizer steps completed.
+  int64_t step() const { return counters_.step; }
+  const TrainCounters& counters() const { return counters_; }
   const std::string& run_dir() const { return run_dir_; }
-  /// Every metric record of the run so far (train/eval), as written to metrics.jsonl.
-  const std::vector<Metrics>& history() const { return history_; }
+  /// Every metric record of the last fit() (train windows, evaluations, the summary).
+  const std::vector<MetricRecord>& history() const { return history_; }
 
  protected:
   // ---- hooks a subclass overrides ----
@@ -109,7 +109,8 @@ class Trainer {
   virtual void on_train_end() {}
 
  private:
-  struct LogWindow;
+  friend class detail::HookCallback;
+
   void build_data();
   /// Conv weights to NHWC on CUDA when model.channels_last (tensor-core convolutions want it).
   void use_channels_last_if_useful();
@@ -117,23 +118,24 @@ class Trainer {
   void auto_tune();
   Batch probe_batch(int64_t batch_size);
   void probe_step(const Batch& batch);
-  std::optional<Batch> next_train_batch(double* wait_seconds);
-  void train_one_step(LogWindow& window);
-  void log_step(LogWindow& window);
-  void run_eval_and_callbacks();
-  void write_record(const Metrics& record, const std::string& kind);
-  void write_summary();
+  /// The next training micro-batch, crossing epoch boundaries (counters_ track the position).
+  FetchedBatch next_train_batch();
+  void log_window(WindowAccumulators& window, StepTimer& timer, int64_t syncs);
+  /// What the summary record says about this run.
+  RunFacts run_facts(int64_t host_syncs, int64_t steps_logged) const;
+  void evaluate_and_record();
   void save_state(torch::serialize::OutputArchive& archive);
   void load_state(torch::serialize::InputArchive& archive);
   void resume_from(const std::string& resume);
-  void start_profiler_if_due();
-  void stop_profiler_if_due();
+  /// Calls `event` on every callback, the hooks first: the one dispatch of every event.
+  void notify(const std::function<void(Callback&)>& event);
 
   ExperimentConfig config_;
   c10::Device device_;
   std::string run_dir_;
   bool is_setup_ = false;
 
+  // Built by setup(), for the lifetime of the trainer.
   std::shared_ptr<Model> model_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<LrSchedule> schedule_;
@@ -142,35 +144,20 @@ class Trainer {
   std::shared_ptr<ImageNormalizer> normalizer_;  // device-resident mean/std of data.mean/std
   bool channels_last_ = false;                   // NHWC weights and images (conv models on CUDA)
   Precision precision_ = Precision::kFP32;       // train.precision, parsed once in setup()
-
   DatasetPtr train_set_, val_set_;
   std::unique_ptr<DataLoader> train_loader_;
+  std::unique_ptr<Evaluator> evaluator_;
+  std::vector<std::shared_ptr<Callback>> callbacks_;  // the hooks first
+
+  // State of the run (checkpointed).
+  TrainCounters counters_;
+
+  // Alive during fit() only.
+  std::unique_ptr<RunOutputs> outputs_;
   std::unique_ptr<Prefetcher> prefetcher_;
-  std::unique_ptr<CheckpointStore> checkpoints_;
-  std::unique_ptr<StepTimer> timer_;
-  std::unique_ptr<JsonlWriter> jsonl_;
-  std::unique_ptr<TensorBoardWriter> tensorboard_;
-  std::unique_ptr<ProgressLine> progress_;
-  std::unique_ptr<GpuMonitor> gpu_monitor_;
-  std::vector<std::shared_ptr<Callback>> callbacks_;
-
-  // Counters (checkpointed).
-  int64_t step_ = 0;
-  int64_t epoch_ = 0;
-  int64_t batches_in_epoch_ = 0;  // micro-batches of epoch_ handed to the loop
-  int64_t examples_seen_ = 0;
-  int64_t tokens_seen_ = 0;
-
   std::optional<std::string> stop_reason_;
   std::string last_checkpoint_;
-  int64_t host_syncs_ = 0;    // deliberate reads of device values (logging, eval, checkpoints)
-  int64_t window_syncs_ = 0;  // syncs counted by SyncCounter on non-logging work this window
-  int64_t total_syncs_ = 0;
-  int64_t total_steps_logged_ = 0;
-  std::chrono::steady_clock::time_point start_time_;
-  std::unique_ptr<TraceRecorder> profiler_;
-  std::unique_ptr<DataLoader> val_loader_;
-  std::vector<Metrics> history_;
+  std::vector<MetricRecord> history_;
 };
 
 }  // namespace brrr

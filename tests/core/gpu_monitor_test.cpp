@@ -80,7 +80,7 @@ TEST(GpuMonitorTest, EmptySamplesGiveEmptySummary) {
 TEST(GpuMonitorTest, SampleJsonCarriesEveryField) {
   std::string line = brrr::gpu_sample_json(make_sample(0.05, 97, 30000, 450.5));
   EXPECT_EQ(line,
-            "{\"t_s\": 0.050, \"util_pct\": 97, \"mem_used_mib\": 30000, \"mem_total_mib\": 80000, "
+            "{\"t_s\": 0.05, \"util_pct\": 97, \"mem_used_mib\": 30000, \"mem_total_mib\": 80000, "
             "\"sm_clock_mhz\": 1980, \"power_w\": 450.5}");
 }
 
@@ -136,7 +136,9 @@ TEST(GpuMonitorTest, SamplesTheRealGpu) {
     EXPECT_LE(samples[i].util_pct, 100.0);
     EXPECT_GT(samples[i].mem_total_mib, 0.0);
     EXPECT_LE(samples[i].mem_used_mib, samples[i].mem_total_mib);
-    if (i > 0) EXPECT_GT(samples[i].t_s, samples[i - 1].t_s);
+    if (i > 0) {
+      EXPECT_GT(samples[i].t_s, samples[i - 1].t_s);
+    }
   }
   std::ifstream in(path);
   std::string line;

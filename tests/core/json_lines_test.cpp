@@ -152,5 +152,48 @@ TEST_F(JsonLinesTest, ReadsOneHundredThousandLinesInOrder) {
   }
 }
 
+// ---- the writer (JsonValue / JsonObject) ----
+
+TEST(JsonValueTest, DumpsTypesInInsertionOrder) {
+  const JsonObject record{{"kind", "train"},
+                          {"step", 100},
+                          {"loss", 0.41},
+                          {"lr", 3e-4},
+                          {"ok", true},
+                          {"none", nullptr},
+                          {"scale", 65536.0},
+                          {"tiny", 1e-5},
+                          {"n", size_t{7}},
+                          {"breakdown_ms", JsonObject{{"forward", 4.1}, {"backward", 6.25}}},
+                          {"list", JsonValue::Array{1, "a", false}}};
+  EXPECT_EQ(record.dump(),
+            R"({"kind": "train", "step": 100, "loss": 0.41, "lr": 0.0003, "ok": true, )"
+            R"("none": null, "scale": 65536.0, "tiny": 1e-05, "n": 7, )"
+            R"("breakdown_ms": {"forward": 4.1, "backward": 6.25}, "list": [1, "a", false]})");
+}
+
+TEST(JsonValueTest, WritesNonFiniteAsPythonDoes) {
+  const JsonObject o{{"a", std::nan("")},
+                     {"b", std::numeric_limits<double>::infinity()},
+                     {"c", -std::numeric_limits<double>::infinity()},
+                     {"d", -0.0}};
+  EXPECT_EQ(o.dump(), R"({"a": NaN, "b": Infinity, "c": -Infinity, "d": -0.0})");
+}
+
+TEST(JsonValueTest, EscapesStrings) {
+  EXPECT_EQ(JsonValue("q\"b\\n\nt\tc\x01 \xc3\xa9").dump(), R"("q\"b\\n\nt\tc\u0001 é")");
+}
+
+TEST(JsonValueTest, SetReplacesInPlaceAndFindLooksUp) {
+  JsonObject o{{"a", 1}, {"b", 2}};
+  o.set("a", "x").set("c", 3.5);
+  EXPECT_EQ(o.dump(), R"({"a": "x", "b": 2, "c": 3.5})");
+  ASSERT_NE(o.find("c"), nullptr);
+  EXPECT_EQ(o.find("c")->as_double(), 3.5);
+  EXPECT_EQ(o.find("b")->as_int(), 2);
+  EXPECT_EQ(o.find("missing"), nullptr);
+  EXPECT_EQ(o.size(), 3u);
+}
+
 }  // namespace
 }  // namespace brrr

@@ -31,7 +31,7 @@ DatasetOptions options(const std::string& dataset, const std::string& path) {
 
 TEST(DatasetFactoryTest, UnknownNameIsConfigErrorNamingKey) {
   try {
-    make_dataset(options("imagenet21k", ""), ModelOptions{});
+    make_dataset(options("imagenet21k", ""));
     ADD_FAILURE() << "unknown dataset accepted";
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("data.dataset"), std::string::npos) << e.what();
@@ -42,7 +42,7 @@ TEST(DatasetFactoryTest, UnknownNameIsConfigErrorNamingKey) {
 TEST(DatasetFactoryTest, MissingPathNamesKeyAndPath) {
   for (const char* name : {"csv", "token_file", "image_folder", "fashion_mnist"}) {
     try {
-      make_dataset(options(name, "/nonexistent/brrr_data"), ModelOptions{}, "data.val");
+      make_dataset(options(name, "/nonexistent/brrr_data"), "data.val");
       ADD_FAILURE() << name << ": missing path accepted";
     } catch (const DataError& e) {
       EXPECT_NE(std::string(e.what()).find("data.val.path"), std::string::npos) << e.what();
@@ -54,9 +54,9 @@ TEST(DatasetFactoryTest, MissingPathNamesKeyAndPath) {
 
 TEST(DatasetFactoryTest, CsvWithLimitIsASubset) {
   DatasetOptions o = options("csv", fixture("tiny.csv"));
-  EXPECT_EQ(make_dataset(o, ModelOptions{})->size(), 4);
+  EXPECT_EQ(make_dataset(o)->size(), 4);
   o.limit = 2;
-  DatasetPtr data = make_dataset(o, ModelOptions{});
+  DatasetPtr data = make_dataset(o);
   EXPECT_EQ(data->size(), 2);
   Rng rng(0);
   EXPECT_EQ(data->get(1, rng).at("label").item<int64_t>(), 1);
@@ -64,22 +64,28 @@ TEST(DatasetFactoryTest, CsvWithLimitIsASubset) {
   EXPECT_NE(data->describe().find("first 2"), std::string::npos) << data->describe();
 }
 
-TEST(DatasetFactoryTest, TokenFileBlockSizeDefaultsToModel) {
+TEST(DatasetFactoryTest, TokenFileTakesTheResolvedBlockSize) {
   const fs::path path = fs::temp_directory_path() / ("brrr_factory_" + std::to_string(::getpid()));
   std::vector<uint16_t> tokens(100, 7);
   std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(tokens.data()), 200);
-  ModelOptions model;
-  model.block_size = 8;
   DatasetOptions o = options("token_file", path.string());
   o.windows = "sequential";
+  o.block_size = 0;  // unresolved: the config turns 0 into model.block_size before this point
+  try {
+    make_dataset(o, "data.val");
+    ADD_FAILURE() << "block_size 0 was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("data.val.block_size"), std::string::npos) << e.what();
+  }
+  o.block_size = 8;
   Rng rng(0);
-  DatasetPtr data = make_dataset(o, model);
+  DatasetPtr data = make_dataset(o);
   EXPECT_EQ(data->size(), 99 / 8);
   EXPECT_EQ(data->get(0, rng).at("tokens").size(0), 9);
   o.block_size = 4;
-  EXPECT_EQ(make_dataset(o, model)->get(0, rng).at("tokens").size(0), 5);
+  EXPECT_EQ(make_dataset(o)->get(0, rng).at("tokens").size(0), 5);
   o.token_dtype = "uint64";
-  EXPECT_THROW(make_dataset(o, model), ConfigError);
+  EXPECT_THROW(make_dataset(o), ConfigError);
   fs::remove(path);
 }
 
@@ -88,7 +94,7 @@ TEST(DatasetFactoryTest, FashionMnistDefaultPath) {
   DatasetOptions o = options("fashion_mnist", "");
   o.split = "test";
   o.limit = 100;
-  DatasetPtr data = make_dataset(o, ModelOptions{});
+  DatasetPtr data = make_dataset(o);
   EXPECT_EQ(data->size(), 100);
   EXPECT_NE(data->describe().find(kFashionMnistDefaultPath), std::string::npos);
 }

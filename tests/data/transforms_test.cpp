@@ -9,7 +9,6 @@
 #include <set>
 
 #include "core/error.h"
-#include "data/normalize.h"
 
 namespace brrr {
 namespace {
@@ -177,29 +176,6 @@ TEST(TransformsTest, OutputSizeAndValidation) {
   }
   EXPECT_THROW(TransformPipeline({op("resize", {})}), ConfigError);
   EXPECT_THROW(TransformPipeline({op("center_crop", {0, 3})}), ConfigError);
-}
-
-}  // namespace
-}  // namespace brrr
-
-namespace brrr {
-namespace {
-
-TEST(NormalizeImagesTest, MatchesReferenceFormula) {
-  at::Tensor images = at::randint(0, 256, {2, 3, 4, 5}, at::kByte);
-  const std::vector<double> mean = {0.485, 0.456, 0.406}, std = {0.229, 0.224, 0.225};
-  at::Tensor got = normalize_images(images, mean, std, at::kFloat);
-  at::Tensor ref =
-      (images.to(at::kDouble) / 255.0 - at::tensor(mean, at::kDouble).view({1, 3, 1, 1})) /
-      at::tensor(std, at::kDouble).view({1, 3, 1, 1});
-  EXPECT_EQ(got.scalar_type(), at::kFloat);
-  EXPECT_LT((got.to(at::kDouble) - ref).abs().max().item<double>(), 1e-5);
-  at::Tensor plain = normalize_images(images, {}, {}, at::kBFloat16);
-  EXPECT_EQ(plain.scalar_type(), at::kBFloat16);
-  EXPECT_LT((plain.to(at::kDouble) - images.to(at::kDouble) / 255.0).abs().max().item<double>(),
-            4e-3);
-  EXPECT_THROW(normalize_images(images, {0.5, 0.5}, {0.5, 0.5}, at::kFloat), DataError);
-  EXPECT_THROW(normalize_images(images.to(at::kFloat), {}, {}, at::kFloat), DataError);
 }
 
 }  // namespace

@@ -6,8 +6,37 @@ execute_process(COMMAND ${CMAKE_COMMAND} --install "${BRRR_BINARY_DIR}" --prefix
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "cmake --install failed (${rc})")
 endif()
+# Only public headers are installed, and each includes only installed headers.
+file(GLOB_RECURSE headers RELATIVE "${WORK_DIR}/prefix/include/brrr" "${WORK_DIR}/prefix/include/brrr/*.h")
+foreach(h IN LISTS headers)
+  file(STRINGS "${WORK_DIR}/prefix/include/brrr/${h}" includes REGEX "^#include \"")
+  foreach(line IN LISTS includes)
+    string(REGEX REPLACE "^#include \"([^\"]+)\".*" "\\1" inc "${line}")
+    if(NOT EXISTS "${WORK_DIR}/prefix/include/brrr/${inc}")
+      message(FATAL_ERROR "installed header ${h} includes \"${inc}\", which is not installed")
+    endif()
+  endforeach()
+endforeach()
+foreach(private core/pch.h data/shm_ring.h data/worker_pool.h)
+  if(EXISTS "${WORK_DIR}/prefix/include/brrr/${private}")
+    message(FATAL_ERROR "the private header ${private} was installed")
+  endif()
+endforeach()
+# Relocatable: no file of the package names the build tree or the source tree.
+file(GLOB_RECURSE cmake_files "${WORK_DIR}/prefix/lib/cmake/brrr/*.cmake")
+foreach(f IN LISTS cmake_files)
+  file(READ "${f}" text)
+  foreach(tree "${BRRR_BINARY_DIR}" "${BRRR_SOURCE_DIR}")
+    string(FIND "${text}" "${tree}" at)
+    if(NOT at EQUAL -1)
+      message(FATAL_ERROR "${f} names the build machine's ${tree}")
+    endif()
+  endforeach()
+endforeach()
+# The package moved elsewhere still works.
+file(RENAME "${WORK_DIR}/prefix" "${WORK_DIR}/moved")
 execute_process(COMMAND ${CMAKE_COMMAND} -S "${BRRR_SOURCE_DIR}/examples" -B "${WORK_DIR}/build"
-    -G Ninja "-DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix" "-DTorch_DIR=${TORCH_DIR}"
+    -G Ninja "-DCMAKE_PREFIX_PATH=${WORK_DIR}/moved"
   RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "configuring examples/ against the installed brrr failed (${rc})")

@@ -81,8 +81,8 @@ TEST(AutoTuneTest, TheSearchLimitIsTriedEvenWhenDoublingStepsOverIt) {
 }
 
 TEST(AutoTuneTest, RejectsAHeadroomOutsideZeroToOne) {
-  EXPECT_THROW(find_max_batch_size([](int64_t) {}, 8, 64, 1.0), c10::Error);
-  EXPECT_THROW(find_max_batch_size([](int64_t) {}, 8, 64, -0.1), c10::Error);
+  EXPECT_THROW(find_max_batch_size([](int64_t) {}, 8, 64, 1.0), brrr::Error);
+  EXPECT_THROW(find_max_batch_size([](int64_t) {}, 8, 64, -0.1), brrr::Error);
 }
 
 TEST(AutoTuneTest, MeasuresTheLoaderAcrossEpochBoundaries) {
@@ -102,7 +102,7 @@ TEST(AutoTuneTest, MeasuresTheLoaderAcrossEpochBoundaries) {
     EXPECT_GT(rate, 0.0) << workers << " workers";
     EXPECT_TRUE(std::isfinite(rate));
   }
-  EXPECT_THROW(measure_loader(dataset, DataLoaderOptions().batch_size(8), 0), c10::Error);
+  EXPECT_THROW(measure_loader(dataset, DataLoaderOptions().batch_size(8), 0), brrr::Error);
 }
 
 TEST(AutoTuneTest, NothingFitsIsAClearError) {

@@ -14,7 +14,7 @@
 #include "core/error.h"
 #include "models/model.h"
 #include "tests/test_fs.h"
-#include "trainer/optimizer.h"
+#include "trainer/optim/optimizer.h"
 #include "trainer/trainer.h"
 
 namespace brrr {
@@ -99,7 +99,7 @@ std::vector<at::Tensor> weights(Trainer& trainer) {
 std::vector<double> train_losses(const Trainer& trainer) {
   std::vector<double> out;
   for (const auto& record : trainer.history()) {
-    if (record.count("loss") && !record.count("val_loss")) out.push_back(record.at("loss"));
+    if (record.kind == brrr::RecordKind::kTrain) out.push_back(record.values.at("loss"));
   }
   return out;
 }
@@ -242,9 +242,10 @@ TEST(TrainerTest, AutoTunersOnCpuChooseAndSayWhy) {
             std::string::npos)
       << log;
   EXPECT_NE(log.find("measured batches/s by workers: 0:"), std::string::npos) << log;
-  const Metrics& summary = trainer.history().back();
-  EXPECT_EQ(summary.at("batch_size"), 64.0);
-  EXPECT_EQ(summary.at("num_workers"), static_cast<double>(workers));
+  const brrr::MetricRecord& summary = trainer.history().back();
+  ASSERT_EQ(summary.kind, brrr::RecordKind::kSummary);
+  EXPECT_EQ(summary.values.at("batch_size"), 64.0);
+  EXPECT_EQ(summary.values.at("num_workers"), static_cast<double>(workers));
 }
 
 TEST(TrainerTest, WritesConfigMetricsCheckpointsAndBest) {
@@ -273,6 +274,68 @@ TEST(TrainerTest, WritesConfigMetricsCheckpointsAndBest) {
     has_tfevents |= e.path().filename().string().rfind("events.out.tfevents.", 0) == 0;
   }
   EXPECT_TRUE(has_tfevents);
+}
+
+}  // namespace
+}  // namespace brrr
+
+namespace brrr {
+namespace {
+
+// A trainer whose validation_step records the weights it evaluates with.
+class WeightSpyTrainer : public BlobTrainer {
+ public:
+  using BlobTrainer::BlobTrainer;
+  std::vector<at::Tensor> evaluated;
+
+ protected:
+  StepOutput validation_step(const Batch& batch) override {
+    if (evaluated.empty()) {
+      for (const auto& p : model().parameters()) evaluated.push_back(p.detach().clone());
+    }
+    return BlobTrainer::validation_step(batch);
+  }
+};
+
+TEST(TrainerTest, EmaWeightsAreTheOnesEvaluated) {
+  ExperimentConfig config = base_config(temp_dir("ema_eval"));
+  config.train.eval_every = 6;  // one evaluation, after the last step
+  WeightSpyTrainer trainer(config);
+  auto ema = std::make_shared<Ema>(0.5);
+  trainer.add_callback(ema);
+  trainer.fit();
+  ASSERT_FALSE(trainer.evaluated.empty()) << "the run evaluated once at its end";
+  ASSERT_EQ(trainer.evaluated.size(), ema->shadow().size());
+  const std::vector<at::Tensor> live = weights(trainer);
+  bool differs_from_live = false;
+  for (size_t i = 0; i < live.size(); ++i) {
+    EXPECT_TRUE(at::equal(trainer.evaluated[i], ema->shadow()[i])) << "parameter " << i;
+    differs_from_live |= !at::equal(trainer.evaluated[i], live[i]);
+  }
+  EXPECT_TRUE(differs_from_live) << "with decay 0.5 the EMA differs from the live weights";
+  // The live weights are back in place after the evaluation.
+  trainer.evaluated.clear();
+  trainer.evaluate();
+  const std::vector<at::Tensor> after = weights(trainer);
+  for (size_t i = 0; i < live.size(); ++i) EXPECT_TRUE(at::equal(after[i], live[i]));
+}
+
+TEST(TrainerCudaTest, NoHostSyncPerStepOutsideLogging) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  ExperimentConfig config = base_config(temp_dir("cuda_syncs"));
+  config.run.device = "cuda";
+  config.optim.fused = "auto";
+  config.train.max_steps = 24;
+  config.train.log_every = 8;
+  config.train.precision = "bf16";
+  BlobTrainer trainer(config);
+  trainer.fit();
+  const MetricRecord& summary = trainer.history().back();
+  ASSERT_EQ(summary.kind, RecordKind::kSummary);
+  EXPECT_EQ(summary.values.at("host_syncs_per_step"), 0.0);
+  for (const auto& r : trainer.history()) {
+    if (r.kind == RecordKind::kTrain) EXPECT_EQ(r.values.at("host_syncs_per_step"), 0.0) << r.step;
+  }
 }
 
 }  // namespace
