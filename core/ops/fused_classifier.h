@@ -1,0 +1,81 @@
+#pragma once
+// Op `fused_classifier`: the language model's cross-entropy, F.cross_entropy(logits, targets,
+// ignore_index=-100, reduction="mean"), without a float32 copy of the logits and without a second
+// logits-sized buffer for their gradient.
+//
+//   logits:  (N, V) bf16, fp16, float32 or float64, contiguous rows (N = B * T, V = vocabulary)
+//   targets: (N,) int64 on logits' device; ignore_index marks rows that do not count
+//   returns: 0-dim float32 (float64 for float64 logits): the mean over the rows whose target is
+//            not ignore_index of logsumexp(logits[i]) - logits[i, targets[i]]. With no such row
+//            it is NaN (0 / 0), as in PyTorch.
+//
+// Paths: fused_classifier_reference (ATen: log_softmax in float + nll_loss, differentiated by
+// autograd; the CPU path and the tests' oracle) and, for CUDA tensors in a build with CUDA, the
+// autograd Function below with two kernels (fused_classifier.cu):
+//   forward:  one block per row, an online (max, sum of exp) pass in float over the row, saving
+//             lse (N,) float; the mean and the count of counted rows are reduced on the device,
+//             so the op never waits for the GPU.
+//   backward: one block per row, overwriting the logits IN PLACE with
+//             (softmax - onehot(target)) * grad_output / n_valid, in logits' dtype, 0 in ignored
+//             rows; grad_output and n_valid are read from device memory. That buffer is returned
+//             as the logits' gradient.
+// Saved for backward: logits (the buffer that becomes the gradient), targets, lse (N,) float,
+// n_valid (0-dim float).
+//
+// Consequences of the in-place backward, on the fused path only:
+//   - after backward, the logits tensor holds its gradient: read logits (argmax, accuracy)
+//     before backward. Its version counter is bumped, so an autograd node that saved the logits
+//     and runs later fails loudly instead of reading the gradient.
+//   - backward runs once: a second backward through the same graph (retain_graph) throws.
+//   - a leaf logits tensor with requires_grad gets its gradient in its own storage.
+// A target outside [0, V) that is not ignore_index makes the loss NaN and that row's gradient
+// NaN on the fused path (a kernel cannot throw without a host sync); the reference throws.
+//
+// Autocast: the op is not on autocast's lists (it is a custom Function, not an ATen op), so
+// autocast leaves it alone: it runs in the logits' dtype (bf16 logits from an autocast matmul are
+// read as bf16, never copied to float32), accumulates in float and returns a float32 loss. The
+// reference casts the logits to float itself, as autocast would for F.cross_entropy.
+//
+// Kernel invariant: rows are contiguous. Each row is read in 16-byte vectors from its first
+// 16-byte-aligned element; the unaligned head and tail (fewer than 16 bytes each) are read one
+// element at a time, so any V (50257 too) keeps 16-byte loads for the bulk of the row.
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace brrr {
+
+constexpr int64_t kIgnoreIndex = -100;
+
+/// The op, dispatched on logits' device. Throws DataError naming shapes/dtypes for bad input.
+at::Tensor fused_classifier(const at::Tensor& logits, const at::Tensor& targets,
+                            int64_t ignore_index = kIgnoreIndex);
+
+/// The reference: ATen ops on any device, differentiated by autograd; logits are left intact.
+at::Tensor fused_classifier_reference(const at::Tensor& logits, const at::Tensor& targets,
+                                      int64_t ignore_index = kIgnoreIndex);
+
+namespace detail {
+/// The autograd Function on any device: the kernels for CUDA tensors, and on the CPU the same
+/// two stages written in ATen ops (lse saved, in-place gradient), so its plumbing is tested
+/// without a GPU. Arguments as fused_classifier.
+at::Tensor fused_classifier_function(const at::Tensor& logits, const at::Tensor& targets,
+                                     int64_t ignore_index = kIgnoreIndex);
+
+/// Forward kernel's launcher (fused_classifier.cu); arguments already checked, targets
+/// contiguous. Returns {row_loss (N,), lse (N,)} in the accumulator type (float; double for
+/// double logits); row_loss is 0 in ignored rows and NaN where the target is out of range.
+std::vector<at::Tensor> fused_classifier_forward_cuda(const at::Tensor& logits,
+                                                      const at::Tensor& targets,
+                                                      int64_t ignore_index);
+/// Backward kernel's launcher: overwrites `logits` with its gradient. grad_output and n_valid:
+/// 0-dim, lse's dtype, on the device.
+void fused_classifier_backward_cuda(const at::Tensor& logits, const at::Tensor& targets,
+                                    const at::Tensor& lse, const at::Tensor& grad_output,
+                                    const at::Tensor& n_valid, int64_t ignore_index);
+/// Whether this build has the CUDA kernels.
+bool fused_classifier_cuda_built();
+}  // namespace detail
+
+}  // namespace brrr

@@ -1,0 +1,155 @@
+#pragma once
+// Device helpers shared by the fused ops' kernels (included by .cu files only): aligned vectors
+// for 16-byte loads and stores, the float accumulator type of each element type, and warp sums.
+//
+// Invariant: every reduction here combines values in an order fixed by the launch shape alone (no
+// atomics), so a kernel built on them gives the same bits on every run with the same shapes on
+// the same device.
+#include <c10/cuda/CUDAException.h>
+#include <c10/macros/Macros.h>
+#include <cuda_runtime.h>
+
+#include <ATen/OpMathType.h>
+
+#include <cfloat>
+#include <cstdint>
+
+namespace brrr::detail {
+
+constexpr int kWarpSize = 32;
+
+/// kN elements of T, aligned so that one load or store of it is a single kN * sizeof(T)-byte
+/// access (16 bytes for kN = kVec16<T>). The pointer must be aligned to that size.
+template <typename T, int kN>
+struct alignas(sizeof(T) * kN) Vec {
+  T v[kN];
+};
+
+/// Elements of T in one 16-byte access: 8 bf16/fp16, 4 float, 2 double.
+template <typename T>
+constexpr int kVec16 = static_cast<int>(16 / sizeof(T));
+
+/// Accumulator type: float for bf16/fp16/float, double for double.
+template <typename T>
+using acc_type = at::opmath_type<T>;
+
+namespace vec_detail {
+// The integer type that moves kBytes (2, 4 or 8) in one access; wider vectors move in 16-byte
+// uint4 pieces. Copying through integers, not through the element class, is what makes the
+// compiler emit one wide store (a Vec of c10::BFloat16 is otherwise copied member by member).
+template <int kBytes>
+struct Word;
+template <>
+struct Word<2> {
+  using type = uint16_t;
+};
+template <>
+struct Word<4> {
+  using type = uint32_t;
+};
+template <>
+struct Word<8> {
+  using type = uint2;
+};
+}  // namespace vec_detail
+
+template <typename T, int kN>
+__device__ __forceinline__ Vec<T, kN> load_vec(const T* p) {
+  constexpr int kBytes = static_cast<int>(sizeof(T)) * kN;
+  Vec<T, kN> v;
+  if constexpr (kBytes % 16 == 0) {
+    uint4 raw[kBytes / 16];
+#pragma unroll
+    for (int c = 0; c < kBytes / 16; ++c) raw[c] = reinterpret_cast<const uint4*>(p)[c];
+    memcpy(&v, raw, kBytes);
+  } else {
+    using W = typename vec_detail::Word<kBytes>::type;
+    const W raw = *reinterpret_cast<const W*>(p);
+    memcpy(&v, &raw, kBytes);
+  }
+  return v;
+}
+
+template <typename T, int kN>
+__device__ __forceinline__ void store_vec(T* p, const Vec<T, kN>& v) {
+  constexpr int kBytes = static_cast<int>(sizeof(T)) * kN;
+  if constexpr (kBytes % 16 == 0) {
+    uint4 raw[kBytes / 16];
+    memcpy(raw, &v, kBytes);
+#pragma unroll
+    for (int c = 0; c < kBytes / 16; ++c) reinterpret_cast<uint4*>(p)[c] = raw[c];
+  } else {
+    using W = typename vec_detail::Word<kBytes>::type;
+    W raw;
+    memcpy(&raw, &v, kBytes);
+    *reinterpret_cast<W*>(p) = raw;
+  }
+}
+
+/// The most negative finite value: a start for running maxima that keeps exp(m - m') finite
+/// arithmetic (exp(-inf - -inf) would be NaN).
+template <typename T>
+__device__ __forceinline__ T lowest();
+template <>
+__device__ __forceinline__ float lowest<float>() {
+  return -FLT_MAX;
+}
+template <>
+__device__ __forceinline__ double lowest<double>() {
+  return -DBL_MAX;
+}
+
+/// Sum over the 32 lanes of a warp by butterfly shuffles; every lane gets the total.
+template <typename T>
+__device__ __forceinline__ T warp_sum(T v) {
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+    v += __shfl_xor_sync(0xffffffffu, v, offset);
+  }
+  return v;
+}
+
+/// The second stage of a two-stage column sum: out[c] = sum over b < nparts of
+/// partial[b * stride + c], for c < ncols, in the order the launch shape fixes.
+/// Launch shape: blocks of (kSumCols, kSumLanes) threads, grid ceil(ncols / kSumCols); thread
+/// (tx, ty) adds parts ty, ty + kSumLanes, ... of column blockIdx.x * kSumCols + tx (a warp reads
+/// 32 consecutive columns of one part: coalesced), then the kSumLanes sums are added in order.
+constexpr int kSumCols = 32;
+constexpr int kSumLanes = 8;
+
+template <typename acc_t, typename out_t>
+__global__ void __launch_bounds__(kSumCols* kSumLanes)
+    sum_partials_kernel(const acc_t* __restrict__ partial, out_t* __restrict__ out, int64_t nparts,
+                        int64_t ncols, int64_t stride) {
+  __shared__ acc_t lane_sum[kSumLanes][kSumCols];
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kSumCols + threadIdx.x;
+  acc_t t = 0;
+  if (c < ncols) {
+    for (int64_t b = threadIdx.y; b < nparts; b += kSumLanes) t += partial[b * stride + c];
+  }
+  lane_sum[threadIdx.y][threadIdx.x] = t;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < ncols) {
+    acc_t total = 0;
+#pragma unroll
+    for (int l = 0; l < kSumLanes; ++l) total += lane_sum[l][threadIdx.x];
+    out[c] = static_cast<out_t>(total);
+  }
+}
+
+/// Host side: launches sum_partials_kernel on `stream` (a launch of ceil(ncols / 32) blocks).
+template <typename acc_t, typename out_t>
+void launch_sum_partials(const acc_t* partial, out_t* out, int64_t nparts, int64_t ncols,
+                         int64_t stride, cudaStream_t stream) {
+  const dim3 block(kSumCols, kSumLanes);
+  const auto grid = static_cast<unsigned>((ncols + kSumCols - 1) / kSumCols);
+  sum_partials_kernel<acc_t, out_t>
+      <<<grid, block, 0, stream>>>(partial, out, nparts, ncols, stride);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+/// Host side: whether p is aligned to `bytes` (a vector path's precondition).
+inline bool is_aligned(const void* p, size_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
+
+}  // namespace brrr::detail

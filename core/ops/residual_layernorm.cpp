@@ -1,0 +1,158 @@
+#include "core/ops/residual_layernorm.h"
+
+#include <ATen/ATen.h>
+#include <ATen/OpMathType.h>
+#include <fmt/ranges.h>
+#include <torch/autograd.h>
+
+#include "core/error.h"
+
+namespace brrr {
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+bool is_floating(at::ScalarType t) {
+  return t == at::kFloat || t == at::kDouble || t == at::kHalf || t == at::kBFloat16;
+}
+
+void check_args(const at::Tensor& residual, const at::Tensor& x, const at::Tensor& weight,
+                const at::Tensor& bias, at::ScalarType out_dtype) {
+  const at::ScalarType dtype = residual.scalar_type();
+  if (residual.dim() != 2 || residual.size(1) == 0 || !is_floating(dtype)) {
+    throw DataError(
+        fmt::format("residual_layernorm: residual must be (N, C) with C > 0, "
+                    "float32, float64, bfloat16 or float16, got {} [{}]",
+                    c10::toString(dtype), fmt::join(residual.sizes(), ", ")));
+  }
+  if (x.sizes() != residual.sizes() || x.scalar_type() != dtype ||
+      x.device() != residual.device()) {
+    throw DataError(fmt::format(
+        "residual_layernorm: x must match residual, {} [{}] on {}, got {} [{}] on {}",
+        c10::toString(dtype), fmt::join(residual.sizes(), ", "), residual.device().str(),
+        c10::toString(x.scalar_type()), fmt::join(x.sizes(), ", "), x.device().str()));
+  }
+  const int64_t channels = residual.size(1);
+  const at::ScalarType param = at::toOpMathType(dtype);
+  for (const at::Tensor* t : {&weight, &bias}) {
+    if (t->scalar_type() != param || t->dim() != 1 || t->size(0) != channels ||
+        t->device() != residual.device()) {
+      throw DataError(fmt::format(
+          "residual_layernorm: weight and bias must be {} ({},) on {} for residual {} [{}], "
+          "got {} [{}] on {}",
+          c10::toString(param), channels, residual.device().str(), c10::toString(dtype),
+          fmt::join(residual.sizes(), ", "), c10::toString(t->scalar_type()),
+          fmt::join(t->sizes(), ", "), t->device().str()));
+    }
+  }
+  if (!is_floating(out_dtype)) {
+    throw DataError(
+        fmt::format("residual_layernorm: out_dtype must be float32, float64, "
+                    "bfloat16 or float16, got {}",
+                    c10::toString(out_dtype)));
+  }
+}
+
+// The forward kernel's math in ATen ops: {new_residual, y, mean, rstd}.
+std::vector<at::Tensor> forward_stage_cpu(const at::Tensor& residual, const at::Tensor& x,
+                                          const at::Tensor& weight, const at::Tensor& bias,
+                                          double eps, at::ScalarType out_dtype) {
+  const at::ScalarType acc = weight.scalar_type();
+  const at::Tensor h = residual.to(acc).add(x.to(acc)).to(residual.scalar_type());
+  const at::Tensor hf = h.to(acc);
+  const at::Tensor mean = hf.mean(1);
+  const at::Tensor centered = hf - mean.unsqueeze(1);
+  const at::Tensor rstd = centered.square().mean(1).add_(eps).rsqrt_();
+  const at::Tensor y = (centered * rstd.unsqueeze(1) * weight + bias).to(out_dtype);
+  return {h, y, mean, rstd};
+}
+
+// The backward kernels' math: with xhat = (h - mean) * rstd and g = dy * weight,
+//   dh = d_new_residual + rstd * (g - mean(g) - xhat * mean(g * xhat))   (means over C)
+//   dweight = sum over rows of dy * xhat, dbias = sum over rows of dy.
+std::vector<at::Tensor> backward_stage_cpu(const at::Tensor& dy, const at::Tensor& d_new_residual,
+                                           const at::Tensor& h, const at::Tensor& weight,
+                                           const at::Tensor& mean, const at::Tensor& rstd) {
+  const at::ScalarType acc = weight.scalar_type();
+  const at::Tensor dyf = dy.to(acc);
+  const at::Tensor xhat = (h.to(acc) - mean.unsqueeze(1)) * rstd.unsqueeze(1);
+  const at::Tensor g = dyf * weight;
+  at::Tensor dh = (g - g.mean(1, true) - xhat * (g * xhat).mean(1, true)) * rstd.unsqueeze(1);
+  if (d_new_residual.defined()) dh.add_(d_new_residual.to(acc));
+  return {dh.to(h.scalar_type()), (dyf * xhat).sum(0), dyf.sum(0)};
+}
+
+class ResidualLayerNormFunction : public torch::autograd::Function<ResidualLayerNormFunction> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& residual,
+                               const at::Tensor& x, const at::Tensor& weight,
+                               const at::Tensor& bias, double eps, at::ScalarType out_dtype) {
+    const std::vector<at::Tensor> out =
+        residual.is_cuda()
+            ? detail::residual_layernorm_forward_cuda(residual, x, weight, bias, eps, out_dtype)
+            : forward_stage_cpu(residual, x, weight, bias, eps, out_dtype);
+    ctx->save_for_backward({out[0], weight, out[2], out[3]});
+    ctx->set_materialize_grads(false);  // an unused output's gradient stays undefined (zero)
+    return {out[0], out[1]};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor& d_new_residual = grads[0];
+    const at::Tensor& dy = grads[1];
+    if (!dy.defined()) {  // y unused: the residual's gradient passes through the add
+      return {d_new_residual, d_new_residual, {}, {}, {}, {}};
+    }
+    const at::Tensor dn = d_new_residual.defined() ? d_new_residual.contiguous() : at::Tensor();
+    const std::vector<at::Tensor> g =
+        saved[0].is_cuda() ? detail::residual_layernorm_backward_cuda(dy.contiguous(), dn, saved[0],
+                                                                      saved[1], saved[2], saved[3])
+                           : backward_stage_cpu(dy, dn, saved[0], saved[1], saved[2], saved[3]);
+    // d(residual) and d(x) are the same tensor, as for any add (PyTorch's AddBackward does too).
+    return {g[0], g[0], g[1], g[2], {}, {}};
+  }
+};
+
+}  // namespace
+
+std::tuple<at::Tensor, at::Tensor> residual_layernorm_reference(const at::Tensor& residual,
+                                                                const at::Tensor& x,
+                                                                const at::Tensor& weight,
+                                                                const at::Tensor& bias, double eps,
+                                                                at::ScalarType out_dtype) {
+  check_args(residual, x, weight, bias, out_dtype);
+  const at::Tensor h = residual + x;  // rounded once to residual's dtype
+  const at::Tensor y =
+      at::layer_norm(h.to(weight.scalar_type()), {h.size(1)}, weight, bias, eps).to(out_dtype);
+  return {h, y};
+}
+
+namespace detail {
+
+std::tuple<at::Tensor, at::Tensor> residual_layernorm_function(const at::Tensor& residual,
+                                                               const at::Tensor& x,
+                                                               const at::Tensor& weight,
+                                                               const at::Tensor& bias, double eps,
+                                                               at::ScalarType out_dtype) {
+  check_args(residual, x, weight, bias, out_dtype);
+  const variable_list out =
+      ResidualLayerNormFunction::apply(residual.contiguous(), x.contiguous(), weight.contiguous(),
+                                       bias.contiguous(), eps, out_dtype);
+  return {out[0], out[1]};
+}
+
+}  // namespace detail
+
+std::tuple<at::Tensor, at::Tensor> residual_layernorm(const at::Tensor& residual,
+                                                      const at::Tensor& x, const at::Tensor& weight,
+                                                      const at::Tensor& bias, double eps,
+                                                      at::ScalarType out_dtype) {
+  if (residual.is_cuda() && detail::residual_layernorm_cuda_built()) {
+    return detail::residual_layernorm_function(residual, x, weight, bias, eps, out_dtype);
+  }
+  return residual_layernorm_reference(residual, x, weight, bias, eps, out_dtype);
+}
+
+}  // namespace brrr

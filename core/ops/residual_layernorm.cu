@@ -1,0 +1,312 @@
+// residual_layernorm's CUDA kernels (see residual_layernorm.h for the op).
+//
+// Launch shapes:
+//   forward: 8 warps (256 threads) a block, one warp per row, grid ceil(N / 8). A GPT-2 row
+//     (C = 768, 1.5 KB in bf16) is 96 16-byte vectors, 3 per lane: one warp covers a row in a
+//     few loads, and its sums are shuffles, with no shared memory and no block barrier.
+//   backward: up to 8 warps a block (fewer when C is so large that their shared memory would not
+//     fit), each warp walking the rows warp, warp + all warps, ...; grid = the blocks that are
+//     resident at once (occupancy x SMs), at most one row per warp. Each warp adds dy * xhat and
+//     dy of its rows into its own slice of shared memory, each column owned by one lane (no
+//     races, no atomics); the block then adds its warps' slices in warp order into its row of
+//     partials (grid, 2, C), and sum_partials_kernel adds the rows in order.
+// The kernels are bound by memory: forward reads residual and x and writes new_residual and y
+// (its re-reads of new_residual hit the cache); backward reads new_residual, dy and
+// d_new_residual twice (the second time from the cache) and writes d_residual.
+#include <ATen/Dispatch.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "core/error.h"
+#include "core/ops/kernel_utils.cuh"
+#include "core/ops/residual_layernorm.h"
+
+namespace brrr::detail {
+
+namespace {
+
+constexpr int kFwdWarps = 8;
+constexpr int kBwdMaxWarps = 8;
+
+// T: residual's dtype, out_t: y's, kV: elements per access (kVec16<T>, or 1 on the scalar path).
+template <typename T, typename out_t, int kV>
+__global__ void __launch_bounds__(kFwdWarps* kWarpSize)
+    ln_forward_kernel(const T* __restrict__ residual,          // (N, C)
+                      const T* __restrict__ x,                 // (N, C)
+                      const acc_type<T>* __restrict__ weight,  // (C,)
+                      const acc_type<T>* __restrict__ bias,    // (C,)
+                      T* __restrict__ h,                       // (N, C) new residual
+                      out_t* __restrict__ y,                   // (N, C)
+                      acc_type<T>* __restrict__ mean_out,      // (N,)
+                      acc_type<T>* __restrict__ rstd_out,      // (N,)
+                      int64_t rows, int64_t channels, acc_type<T> eps) {
+  using acc_t = acc_type<T>;
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kFwdWarps + threadIdx.x / kWarpSize;
+  if (row >= rows) return;  // whole warps leave: no barrier below
+  const int64_t chunks = channels / kV, off = row * channels;
+  acc_t sum = 0;
+  for (int64_t j = lane; j < chunks; j += kWarpSize) {
+    const Vec<T, kV> r = load_vec<T, kV>(residual + off + j * kV);
+    const Vec<T, kV> v = load_vec<T, kV>(x + off + j * kV);
+    Vec<T, kV> s;
+#pragma unroll
+    for (int k = 0; k < kV; ++k) {
+      s.v[k] = static_cast<T>(static_cast<acc_t>(r.v[k]) + static_cast<acc_t>(v.v[k]));
+      sum += static_cast<acc_t>(s.v[k]);  // statistics of the rounded sum, which is what is saved
+    }
+    store_vec<T, kV>(h + off + j * kV, s);
+  }
+  const acc_t mean = warp_sum(sum) / static_cast<acc_t>(channels);
+  // Second pass for the variance (exact two-pass, no E[x^2] - mean^2 cancellation). Each lane
+  // re-reads only what it wrote itself, so no barrier is needed.
+  acc_t sq = 0;
+  for (int64_t j = lane; j < chunks; j += kWarpSize) {
+    const Vec<T, kV> s = load_vec<T, kV>(h + off + j * kV);
+#pragma unroll
+    for (int k = 0; k < kV; ++k) {
+      const acc_t d = static_cast<acc_t>(s.v[k]) - mean;
+      sq += d * d;
+    }
+  }
+  const acc_t rstd = acc_t(1) / std::sqrt(warp_sum(sq) / static_cast<acc_t>(channels) + eps);
+  for (int64_t j = lane; j < chunks; j += kWarpSize) {
+    const Vec<T, kV> s = load_vec<T, kV>(h + off + j * kV);
+    const Vec<acc_t, kV> w = load_vec<acc_t, kV>(weight + j * kV);
+    const Vec<acc_t, kV> b = load_vec<acc_t, kV>(bias + j * kV);
+    Vec<out_t, kV> o;
+#pragma unroll
+    for (int k = 0; k < kV; ++k) {
+      o.v[k] = static_cast<out_t>((static_cast<acc_t>(s.v[k]) - mean) * rstd * w.v[k] + b.v[k]);
+    }
+    store_vec<out_t, kV>(y + off + j * kV, o);
+  }
+  if (lane == 0) {
+    mean_out[row] = mean;
+    rstd_out[row] = rstd;
+  }
+}
+
+// Where lane-owned column (j * kV + k) of chunk j = lane + 32 q keeps its sum in a warp's slice:
+// slot q * 32 kV + k * 32 + lane, so that a warp's 32 lanes touch 32 consecutive words for each
+// (q, k): no shared-memory bank conflicts. A slice holds round_up(chunks, 32) * kV slots.
+template <int kV>
+__device__ __forceinline__ int64_t slot_of(int64_t j, int k) {
+  return (j / kWarpSize) * kWarpSize * kV + k * kWarpSize + j % kWarpSize;
+}
+
+// T: residual's dtype, out_t: dy's (y's), kV as in the forward. Dynamic shared memory: two
+// slices (dweight, dbias sums) of `slice` acc_t per warp. dnew may be null (zero).
+template <typename T, typename out_t, int kV>
+__global__ void __launch_bounds__(kBwdMaxWarps* kWarpSize)
+    ln_backward_kernel(const out_t* __restrict__ dy,            // (N, C)
+                       const T* __restrict__ dnew,              // (N, C) or null
+                       const T* __restrict__ h,                 // (N, C) saved new residual
+                       const acc_type<T>* __restrict__ weight,  // (C,)
+                       const acc_type<T>* __restrict__ mean,    // (N,)
+                       const acc_type<T>* __restrict__ rstd,    // (N,)
+                       T* __restrict__ dh,                      // (N, C) d_residual = d_x
+                       acc_type<T>* __restrict__ partial,       // (gridDim.x, 2, C)
+                       int64_t rows, int64_t channels, int64_t slice) {
+  using acc_t = acc_type<T>;
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int warps = blockDim.x / kWarpSize;
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  acc_t* const sum_dw = reinterpret_cast<acc_t*>(smem) + warp * 2 * slice;  // this warp's
+  acc_t* const sum_db = sum_dw + slice;
+  const int64_t chunks = channels / kV;
+  for (int64_t j = lane; j < chunks; j += kWarpSize) {
+#pragma unroll
+    for (int k = 0; k < kV; ++k) sum_dw[slot_of<kV>(j, k)] = sum_db[slot_of<kV>(j, k)] = 0;
+  }
+  const acc_t inv_c = acc_t(1) / static_cast<acc_t>(channels);
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * warps + warp; row < rows;
+       row += static_cast<int64_t>(gridDim.x) * warps) {
+    const int64_t off = row * channels;
+    const acc_t m = mean[row], r = rstd[row];
+    acc_t mean_g = 0, mean_gx = 0;  // sums over the row of g = dy * w and of g * xhat
+    for (int64_t j = lane; j < chunks; j += kWarpSize) {
+      const Vec<T, kV> hv = load_vec<T, kV>(h + off + j * kV);
+      const Vec<out_t, kV> d = load_vec<out_t, kV>(dy + off + j * kV);
+      const Vec<acc_t, kV> w = load_vec<acc_t, kV>(weight + j * kV);
+#pragma unroll
+      for (int k = 0; k < kV; ++k) {
+        const acc_t xhat = (static_cast<acc_t>(hv.v[k]) - m) * r;
+        const acc_t dk = static_cast<acc_t>(d.v[k]);
+        mean_g += dk * w.v[k];
+        mean_gx += dk * w.v[k] * xhat;
+        sum_dw[slot_of<kV>(j, k)] += dk * xhat;
+        sum_db[slot_of<kV>(j, k)] += dk;
+      }
+    }
+    mean_g = warp_sum(mean_g) * inv_c;
+    mean_gx = warp_sum(mean_gx) * inv_c;
+    for (int64_t j = lane; j < chunks; j += kWarpSize) {  // the row again, from the cache
+      const Vec<T, kV> hv = load_vec<T, kV>(h + off + j * kV);
+      const Vec<out_t, kV> d = load_vec<out_t, kV>(dy + off + j * kV);
+      const Vec<acc_t, kV> w = load_vec<acc_t, kV>(weight + j * kV);
+      Vec<T, kV> n;
+      if (dnew != nullptr) n = load_vec<T, kV>(dnew + off + j * kV);
+      Vec<T, kV> o;
+#pragma unroll
+      for (int k = 0; k < kV; ++k) {
+        const acc_t xhat = (static_cast<acc_t>(hv.v[k]) - m) * r;
+        acc_t v = r * (static_cast<acc_t>(d.v[k]) * w.v[k] - mean_g - xhat * mean_gx);
+        if (dnew != nullptr) v += static_cast<acc_t>(n.v[k]);
+        o.v[k] = static_cast<T>(v);
+      }
+      store_vec<T, kV>(dh + off + j * kV, o);
+    }
+  }
+  __syncthreads();
+  // The block's sums, warp by warp in order, written by column: slot i holds column j * kV + k.
+  const acc_t* const all = reinterpret_cast<const acc_t*>(smem);
+  acc_t* const out = partial + static_cast<int64_t>(blockIdx.x) * 2 * channels;
+  for (int64_t i = threadIdx.x; i < 2 * slice; i += blockDim.x) {
+    const int64_t which = i / slice, s = i % slice;  // 0: dweight, 1: dbias
+    const int64_t j = (s / (kWarpSize * kV)) * kWarpSize + s % kWarpSize;
+    if (j >= chunks) continue;  // padding of the last group of 32 chunks
+    acc_t t = 0;
+    for (int w = 0; w < warps; ++w) t += all[w * 2 * slice + i];
+    out[which * channels + j * kV + (s / kWarpSize) % kV] = t;
+  }
+}
+
+// Whether every pointer allows kV-element accesses: C % kV == 0 and each base aligned to
+// kV elements of its type (then every row start is too).
+template <typename T, typename out_t>
+bool vector_path(int64_t channels, std::initializer_list<const at::Tensor*> t_tensors,
+                 const at::Tensor& out_tensor, const at::Tensor& weight) {
+  constexpr int kV = kVec16<T>;
+  if (channels % kV != 0) return false;
+  for (const at::Tensor* t : t_tensors) {
+    if (t->defined() && !is_aligned(t->data_ptr(), sizeof(T) * kV)) return false;
+  }
+  return is_aligned(out_tensor.data_ptr(), sizeof(out_t) * kV) &&
+         is_aligned(weight.data_ptr(), sizeof(acc_type<T>) * kV);
+}
+
+}  // namespace
+
+std::vector<at::Tensor> residual_layernorm_forward_cuda(const at::Tensor& residual,
+                                                        const at::Tensor& x,
+                                                        const at::Tensor& weight,
+                                                        const at::Tensor& bias, double eps,
+                                                        at::ScalarType out_dtype) {
+  const c10::cuda::CUDAGuard guard(residual.device());
+  const int64_t rows = residual.size(0), channels = residual.size(1);
+  at::Tensor h = at::empty_like(residual);
+  at::Tensor y = at::empty(residual.sizes(), residual.options().dtype(out_dtype));
+  at::Tensor mean = at::empty({rows}, weight.options());
+  at::Tensor rstd = at::empty({rows}, weight.options());
+  if (rows == 0) return {h, y, mean, rstd};
+  const auto blocks = static_cast<unsigned>((rows + kFwdWarps - 1) / kFwdWarps);
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, residual.scalar_type(), "rln_fwd", [&] {
+    using T = scalar_t;
+    using acc_t = acc_type<T>;
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, out_dtype, "rln_fwd_out", [&] {
+      using out_t = scalar_t;
+      auto launch = [&](auto kernel) {
+        kernel<<<blocks, kFwdWarps * kWarpSize, 0, stream>>>(
+            residual.data_ptr<T>(), x.data_ptr<T>(), weight.data_ptr<acc_t>(),
+            bias.data_ptr<acc_t>(), h.data_ptr<T>(), y.data_ptr<out_t>(), mean.data_ptr<acc_t>(),
+            rstd.data_ptr<acc_t>(), rows, channels, static_cast<acc_t>(eps));
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      };
+      if (vector_path<T, out_t>(channels, {&residual, &x, &h}, y, weight) &&
+          is_aligned(bias.data_ptr(), sizeof(acc_t) * kVec16<T>)) {
+        launch(ln_forward_kernel<T, out_t, kVec16<T>>);
+      } else {
+        launch(ln_forward_kernel<T, out_t, 1>);
+      }
+    });
+  });
+  return {h, y, mean, rstd};
+}
+
+namespace {
+
+// Warps per backward block: kBwdMaxWarps, halved until their shared memory fits the device.
+int backward_warps(int64_t channels, size_t slice_bytes) {
+  const auto limit =
+      static_cast<size_t>(at::cuda::getCurrentDeviceProperties()->sharedMemPerBlockOptin);
+  int warps = kBwdMaxWarps;
+  while (warps > 0 && warps * 2 * slice_bytes > limit) warps /= 2;
+  if (warps == 0) {
+    // std::to_string: nvcc cannot evaluate fmt's compile-time format checks.
+    throw DataError("residual_layernorm: C = " + std::to_string(channels) +
+                    " is too large for the backward kernel (2 C sums per warp must fit in " +
+                    std::to_string(limit) + " bytes of shared memory)");
+  }
+  return warps;
+}
+
+}  // namespace
+
+std::vector<at::Tensor> residual_layernorm_backward_cuda(
+    const at::Tensor& dy, const at::Tensor& d_new_residual, const at::Tensor& new_residual,
+    const at::Tensor& weight, const at::Tensor& mean, const at::Tensor& rstd) {
+  const c10::cuda::CUDAGuard guard(dy.device());
+  const int64_t rows = new_residual.size(0), channels = new_residual.size(1);
+  at::Tensor dh = at::empty_like(new_residual);
+  at::Tensor dweight = at::empty_like(weight), dbias = at::empty_like(weight);
+  if (rows == 0) return {dh, dweight.zero_(), dbias.zero_()};
+  const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, new_residual.scalar_type(), "rln_bwd", [&] {
+        using T = scalar_t;
+        using acc_t = acc_type<T>;
+        AT_DISPATCH_FLOATING_TYPES_AND2(
+            at::kHalf, at::kBFloat16, dy.scalar_type(), "rln_bwd_dy", [&] {
+              using out_t = scalar_t;
+              auto launch = [&](auto kernel, int vec) {
+                const int64_t slice =
+                    (channels / vec + kWarpSize - 1) / kWarpSize * kWarpSize * vec;
+                const int warps = backward_warps(channels, slice * sizeof(acc_t));
+                const size_t smem = static_cast<size_t>(warps) * 2 * slice * sizeof(acc_t);
+                C10_CUDA_CHECK(cudaFuncSetAttribute(
+                    kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+                int per_sm = 0;
+                C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                    &per_sm, kernel, warps * kWarpSize, smem));
+                const int64_t blocks = std::min<int64_t>((rows + warps - 1) / warps,
+                                                         int64_t{std::max(per_sm, 1)} * sms);
+                at::Tensor partial = at::empty({blocks, 2, channels}, weight.options());
+                kernel<<<static_cast<unsigned>(blocks), warps * kWarpSize, smem, stream>>>(
+                    dy.data_ptr<out_t>(),
+                    d_new_residual.defined() ? d_new_residual.data_ptr<T>() : nullptr,
+                    new_residual.data_ptr<T>(), weight.data_ptr<acc_t>(), mean.data_ptr<acc_t>(),
+                    rstd.data_ptr<acc_t>(), dh.data_ptr<T>(), partial.data_ptr<acc_t>(), rows,
+                    channels, slice);
+                C10_CUDA_KERNEL_LAUNCH_CHECK();
+                const acc_t* p = partial.data_ptr<acc_t>();
+                launch_sum_partials(p, dweight.data_ptr<acc_t>(), blocks, channels, 2 * channels,
+                                    stream);
+                launch_sum_partials(p + channels, dbias.data_ptr<acc_t>(), blocks, channels,
+                                    2 * channels, stream);
+              };
+              if (vector_path<T, out_t>(channels, {&new_residual, &d_new_residual, &dh}, dy,
+                                        weight)) {
+                launch(ln_backward_kernel<T, out_t, kVec16<T>>, kVec16<T>);
+              } else {
+                launch(ln_backward_kernel<T, out_t, 1>, 1);
+              }
+            });
+      });
+  return {dh, dweight, dbias};
+}
+
+bool residual_layernorm_cuda_built() {
+  return true;
+}
+
+}  // namespace brrr::detail

@@ -1,0 +1,79 @@
+#pragma once
+// Op `residual_layernorm`: the transformer block's "add to the residual stream, then normalise"
+// in one pass over the rows.
+//
+//   residual: (N, C) float32, bf16, fp16 or float64 (N = B * T rows of the residual stream)
+//   x:        (N, C) residual's dtype (the attention or MLP branch's output)
+//   weight:   (C,) float32 (float64 for float64 activations): LayerNorm's gamma
+//   bias:     (C,) weight's dtype: LayerNorm's beta
+//   eps:      added to the variance, as in torch.nn.LayerNorm
+//   out_dtype: y's dtype (bf16 for the next matmul under mixed precision, float32, ...)
+//   returns {new_residual, y}:
+//     new_residual: (N, C) residual's dtype, residual + x rounded once to that dtype
+//     y:            (N, C) out_dtype, (new_residual - mean) * rstd * weight + bias, the statistics
+//                   in float over the rounded new_residual, the biased variance as LayerNorm's
+// Non-contiguous residual/x are made contiguous first (a copy).
+//
+// Paths: residual_layernorm_reference (ATen: the add, then at::layer_norm in float; differentiated
+// by autograd; the CPU path and the tests' oracle) and, for CUDA tensors in a build with CUDA,
+// the autograd Function below with three kernels (residual_layernorm.cu):
+//   forward:  one warp per row: the sum written once, mean and variance in float by two passes
+//             over the row (the second and the output pass re-read the row from cache).
+//   backward: one warp per row: d(residual) = d(x) = d(new_residual) + dLN(dy) in residual's
+//             dtype (one tensor returned for both); each block adds its rows' dy * xhat and dy
+//             into per-block partial sums in float, and a second small kernel sums the blocks'
+//             partials in a fixed order into dweight and dbias (deterministic: no atomics).
+// Saved for backward: new_residual, weight, mean (N,) and rstd (N,) in float (float64 for
+// float64 activations). An unused output's gradient counts as zero. No double backward.
+// Autocast does not see this op (a custom Function): it runs in the dtypes given.
+//
+// Kernel invariant: C % (16 / sizeof(element)) == 0 (C % 8 for bf16/fp16, C % 4 for float32)
+// and 16-byte-aligned rows give 16-byte loads and stores; other C (1000, say) take the scalar
+// path, one element per lane per step.
+#include <ATen/core/Tensor.h>
+
+#include <tuple>
+#include <vector>
+
+namespace brrr {
+
+/// The op, dispatched on residual's device. Throws DataError naming shapes/dtypes for bad input.
+std::tuple<at::Tensor, at::Tensor> residual_layernorm(const at::Tensor& residual,
+                                                      const at::Tensor& x, const at::Tensor& weight,
+                                                      const at::Tensor& bias, double eps,
+                                                      at::ScalarType out_dtype);
+
+/// The reference: ATen ops on any device, differentiated by autograd.
+std::tuple<at::Tensor, at::Tensor> residual_layernorm_reference(const at::Tensor& residual,
+                                                                const at::Tensor& x,
+                                                                const at::Tensor& weight,
+                                                                const at::Tensor& bias, double eps,
+                                                                at::ScalarType out_dtype);
+
+namespace detail {
+/// The autograd Function on any device: the kernels for CUDA tensors, and on the CPU the same
+/// stages written in ATen ops (the backward's formula included), so its plumbing and its
+/// gradient formula are tested without a GPU. Arguments as residual_layernorm.
+std::tuple<at::Tensor, at::Tensor> residual_layernorm_function(const at::Tensor& residual,
+                                                               const at::Tensor& x,
+                                                               const at::Tensor& weight,
+                                                               const at::Tensor& bias, double eps,
+                                                               at::ScalarType out_dtype);
+
+/// Forward kernel's launcher (residual_layernorm.cu); arguments checked and contiguous.
+/// Returns {new_residual, y, mean, rstd}.
+std::vector<at::Tensor> residual_layernorm_forward_cuda(const at::Tensor& residual,
+                                                        const at::Tensor& x,
+                                                        const at::Tensor& weight,
+                                                        const at::Tensor& bias, double eps,
+                                                        at::ScalarType out_dtype);
+/// Backward kernels' launcher. dy: (N, C) contiguous; d_new_residual: (N, C) contiguous or
+/// undefined (zero). Returns {d_residual, dweight, dbias}.
+std::vector<at::Tensor> residual_layernorm_backward_cuda(
+    const at::Tensor& dy, const at::Tensor& d_new_residual, const at::Tensor& new_residual,
+    const at::Tensor& weight, const at::Tensor& mean, const at::Tensor& rstd);
+/// Whether this build has the CUDA kernels.
+bool residual_layernorm_cuda_built();
+}  // namespace detail
+
+}  // namespace brrr

@@ -1,0 +1,280 @@
+// fused_classifier: the reference against F.cross_entropy (ATen's cross_entropy_loss), the
+// autograd Function's CPU stages against the reference and against finite differences,
+// ignore_index, the in-place gradient's contract, errors; on CUDA the kernels against the
+// reference on fresh random inputs, odd sizes, misaligned rows, every dtype.
+#include "core/ops/fused_classifier.h"
+
+#include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
+#include <gtest/gtest.h>
+#include <torch/autograd.h>
+#include <torch/cuda.h>
+
+#include "core/error.h"
+#include "tests/core/ops/ops_test_util.h"
+
+namespace brrr {
+namespace {
+
+using test::rel_error;
+
+// Random targets with about a quarter of the rows set to ignore_index (row 0 always counts).
+at::Tensor make_targets(int64_t rows, int64_t vocab, const at::TensorOptions& options) {
+  at::Tensor t = at::randint(0, vocab, {rows}, options.dtype(at::kLong));
+  at::Tensor drop = at::rand({rows}, options.dtype(at::kFloat)).lt(0.25);
+  drop.index_put_({0}, false);
+  return t.masked_fill(drop, kIgnoreIndex);
+}
+
+// {loss, d loss / d logits} of `op` applied to a copy of logits (the Function overwrites its
+// input with the gradient); grad_scale multiplies the loss before backward.
+template <typename Op>
+std::pair<at::Tensor, at::Tensor> loss_and_grad(Op op, const at::Tensor& logits,
+                                                const at::Tensor& targets,
+                                                double grad_scale = 1.0) {
+  at::Tensor leaf = logits.detach().clone().requires_grad_(true);
+  at::Tensor loss = op(leaf.clone(), targets);  // a non-leaf buffer, as the lm_head's output
+  (loss * grad_scale).backward();
+  return {loss.detach(), leaf.grad()};
+}
+
+const auto kReference = [](const at::Tensor& l, const at::Tensor& t) {
+  return fused_classifier_reference(l, t);
+};
+const auto kFunction = [](const at::Tensor& l, const at::Tensor& t) {
+  return detail::fused_classifier_function(l, t);
+};
+
+TEST(FusedClassifierTest, ReferenceEqualsCrossEntropy) {
+  SCOPED_TRACE("seed " + std::to_string(test::fresh_seed()));
+  const at::Tensor logits = at::randn({37, 101}) * 3;
+  const at::Tensor targets = make_targets(37, 101, at::TensorOptions());
+  const auto unfused = [](const at::Tensor& l, const at::Tensor& t) {
+    return at::cross_entropy_loss(l, t, {}, at::Reduction::Mean, kIgnoreIndex);
+  };
+  const auto [loss, grad] = loss_and_grad(kReference, logits, targets);
+  const auto [want_loss, want_grad] = loss_and_grad(unfused, logits, targets);
+  EXPECT_EQ(loss.scalar_type(), at::kFloat);
+  EXPECT_EQ(loss.dim(), 0);
+  EXPECT_LT(rel_error(loss, want_loss), 1e-6);
+  EXPECT_LT(rel_error(grad, want_grad), 1e-6);
+}
+
+TEST(FusedClassifierTest, FunctionMatchesTheReference) {
+  SCOPED_TRACE("seed " + std::to_string(test::fresh_seed()));
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
+    const at::Tensor logits = (at::randn({29, 257}) * 4).to(dtype);
+    const at::Tensor targets = make_targets(29, 257, at::TensorOptions());
+    const auto [loss, grad] = loss_and_grad(kFunction, logits, targets, 0.7);
+    const auto [want_loss, want_grad] = loss_and_grad(kReference, logits, targets, 0.7);
+    const double tol = dtype == at::kFloat ? 1e-6 : 1e-2;
+    EXPECT_EQ(loss.scalar_type(), at::kFloat) << dtype;
+    EXPECT_EQ(grad.scalar_type(), dtype);
+    EXPECT_LT(rel_error(loss, want_loss), tol) << dtype;
+    EXPECT_LT(rel_error(grad, want_grad), tol) << dtype;
+  }
+}
+
+TEST(FusedClassifierTest, GradientMatchesFiniteDifferences) {
+  SCOPED_TRACE("seed " + std::to_string(test::fresh_seed()));
+  const at::Tensor logits = at::randn({6, 7}, at::kDouble);
+  at::Tensor targets = at::randint(0, 7, {6}, at::kLong);
+  targets.index_put_({2}, kIgnoreIndex);
+  for (const auto& [name, op] : {std::pair{"function", std::function(kFunction)},
+                                 std::pair{"reference", std::function(kReference)}}) {
+    const auto [loss, grad] = loss_and_grad(op, logits, targets);
+    EXPECT_EQ(loss.scalar_type(), at::kDouble) << name;
+    const at::Tensor probe = logits.clone();
+    const at::Tensor numeric =
+        test::numeric_grad([&] { return op(probe.clone(), targets); }, probe);
+    EXPECT_LT(rel_error(grad, numeric), 1e-7) << name;
+  }
+}
+
+TEST(FusedClassifierTest, IgnoredRowsDoNotCountAndGetZeroGradient) {
+  const at::Tensor logits = at::randn({4, 9});
+  const at::Tensor targets =
+      at::tensor(std::vector<int64_t>{3, kIgnoreIndex, 8, kIgnoreIndex}, at::kLong);
+  const auto [loss, grad] = loss_and_grad(kFunction, logits, targets);
+  const at::Tensor lse = logits.logsumexp(1);
+  const double want = ((lse[0] - logits[0][3] + lse[2] - logits[2][8]) / 2).item<double>();
+  EXPECT_NEAR(loss.item<double>(), want, 1e-6);
+  EXPECT_TRUE(grad[1].eq(0).all().item<bool>());
+  EXPECT_TRUE(grad[3].eq(0).all().item<bool>());
+  EXPECT_TRUE(grad[0].ne(0).all().item<bool>());
+  // Nothing counts: 0 / 0 as in PyTorch, and no gradient anywhere.
+  const at::Tensor none = at::full({4}, kIgnoreIndex, at::kLong);
+  const auto [nan_loss, zero_grad] = loss_and_grad(kFunction, logits, none);
+  EXPECT_TRUE(std::isnan(nan_loss.item<double>()));
+  EXPECT_TRUE(std::isnan(fused_classifier_reference(logits, none).item<double>()));
+  EXPECT_TRUE(zero_grad.eq(0).all().item<bool>());
+}
+
+TEST(FusedClassifierTest, BackwardWritesTheGradientIntoTheLogits) {
+  at::Tensor leaf = at::randn({5, 11}).requires_grad_(true);
+  at::Tensor logits = leaf * 2;  // the buffer the op consumes
+  const at::Tensor targets = at::randint(0, 11, {5}, at::kLong);
+  const int64_t version = logits._version();
+  at::Tensor loss = detail::fused_classifier_function(logits, targets);
+  loss.backward();
+  EXPECT_GT(logits._version(), version);  // a later reader of the logits fails loudly
+  EXPECT_LT(rel_error(leaf.grad(), logits.detach() * 2), 1e-7);  // d/dleaf = 2 d/dlogits
+}
+
+TEST(FusedClassifierTest, SecondBackwardThroughTheGraphThrows) {
+  at::Tensor leaf = at::randn({3, 5}).requires_grad_(true);
+  at::Tensor loss = detail::fused_classifier_function(leaf * 1, at::tensor({0, 1, 2}, at::kLong));
+  loss.backward({}, /*retain_graph=*/true);
+  try {
+    loss.backward();
+    FAIL() << "no error";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("backward ran twice"), std::string::npos) << e.what();
+  }
+}
+
+TEST(FusedClassifierTest, AccumulatesThroughSharedWeightsAndMicroBatches) {
+  SCOPED_TRACE("seed " + std::to_string(test::fresh_seed()));
+  const at::Tensor h1 = at::randn({6, 8}), h2 = at::randn({4, 8});
+  const at::Tensor t1 = make_targets(6, 13, {}), t2 = make_targets(4, 13, {});
+  const at::Tensor w0 = at::randn({8, 13});
+  auto grad_of_weight = [&](auto op) {
+    const at::Tensor w = w0.clone().requires_grad_(true);
+    (op(at::matmul(h1, w), t1) + 0.5 * op(at::matmul(h2, w), t2)).backward();
+    op(at::matmul(h2, w), t2).backward();  // a second micro-batch adds into w.grad
+    return w.grad().clone();
+  };
+  EXPECT_LT(rel_error(grad_of_weight(kFunction), grad_of_weight(kReference)), 1e-6);
+}
+
+TEST(FusedClassifierTest, RunsInTheLogitsDtypeUnderAutocast) {
+  const at::Tensor h = at::randn({6, 16}), w = at::randn({16, 10}).requires_grad_(true);
+  const at::Tensor targets = at::randint(0, 10, {6}, at::kLong);
+  at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
+  at::autocast::set_autocast_enabled(at::kCPU, true);
+  const at::Tensor logits = at::matmul(h, w);  // bf16 under autocast
+  const at::Tensor loss = detail::fused_classifier_function(logits, targets);
+  at::autocast::set_autocast_enabled(at::kCPU, false);
+  at::autocast::clear_cache();
+  EXPECT_EQ(logits.scalar_type(), at::kBFloat16);
+  EXPECT_EQ(loss.scalar_type(), at::kFloat);
+  EXPECT_LT(rel_error(loss, fused_classifier_reference(at::matmul(h, w), targets)), 1e-2);
+}
+
+TEST(FusedClassifierTest, OutOfRangeTargetMakesTheLossNaN) {
+  const at::Tensor logits = at::randn({3, 4});
+  const at::Tensor targets = at::tensor({1, 4, 2}, at::kLong);  // 4 is outside [0, 4)
+  const auto [loss, grad] = loss_and_grad(kFunction, logits, targets);
+  EXPECT_TRUE(std::isnan(loss.item<double>()));
+  EXPECT_TRUE(grad[1].isnan().all().item<bool>());
+  EXPECT_TRUE(grad[0].isfinite().all().item<bool>());
+  EXPECT_ANY_THROW(fused_classifier_reference(logits, targets));  // nll_loss checks on the CPU
+}
+
+TEST(FusedClassifierTest, BadArgumentsNameWhatIsWrong) {
+  const at::Tensor logits = at::randn({4, 6});
+  const at::Tensor targets = at::zeros({4}, at::kLong);
+  auto message = [](auto&& f) { return test::data_error_message(f); };
+  auto has = [](const std::string& m, const std::string& part) {
+    return m.find(part) != std::string::npos;
+  };
+  EXPECT_TRUE(has(message([&] {
+                    fused_classifier(logits.view({4, 2, 3}), targets);
+                  }),
+                  "logits must be (N, V) with V > 0, got Float [4, 2, 3]"));
+  EXPECT_TRUE(has(message([&] {
+                    fused_classifier(at::zeros({4, 0}), targets);
+                  }),
+                  "got Float [4, 0]"));
+  EXPECT_TRUE(has(message([&] { fused_classifier(logits.to(at::kInt), targets); }),
+                  "logits must be float32, float64, bfloat16 or float16, got Int [4, 6]"));
+  EXPECT_TRUE(has(message([&] {
+                    fused_classifier(at::randn({6, 4}).t(), targets);
+                  }),
+                  "logits must be contiguous, got sizes [4, 6] strides [1, 4]"));
+  EXPECT_TRUE(has(message([&] { fused_classifier(logits, targets.to(at::kInt)); }),
+                  "targets must be int64 (4,) on cpu for logits [4, 6], got Int [4] on cpu"));
+  EXPECT_TRUE(has(message([&] { fused_classifier(logits, at::zeros({5}, at::kLong)); }),
+                  "got Long [5] on cpu"));
+  EXPECT_TRUE(has(message([&] {
+                    detail::fused_classifier_function(logits, targets.view({2, 2}));
+                  }),
+                  "got Long [2, 2] on cpu"));
+}
+
+// ---- CUDA: the kernels against the reference on the GPU ----------------------------------
+
+// (N, V) shapes: tiny, V = 50257 unpadded (odd, rows not 16-byte aligned), V = 50304 padded,
+// N not a multiple of anything, and a larger N.
+const std::vector<std::pair<int64_t, int64_t>> kCudaShapes = {
+    {1, 5}, {3, 1000}, {7, 50257}, {33, 50304}, {129, 50257}, {2048, 50304}};
+
+// logits of `shape` on the GPU; misaligned: a view one element into a larger buffer, so that no
+// row starts on a 16-byte boundary (the head/tail path).
+at::Tensor cuda_logits(int64_t rows, int64_t vocab, at::ScalarType dtype, bool misaligned) {
+  const auto options = at::TensorOptions().device(at::kCUDA).dtype(at::kFloat);
+  at::Tensor buffer = (at::randn({rows * vocab + 1}, options) * 3).to(dtype);
+  return buffer.narrow(0, misaligned ? 1 : 0, rows * vocab).view({rows, vocab});
+}
+
+TEST(FusedClassifierCudaTest, KernelsMatchTheReference) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  ASSERT_TRUE(detail::fused_classifier_cuda_built());
+  SCOPED_TRACE("seed " + std::to_string(test::fresh_seed()));
+  const auto cuda = at::TensorOptions().device(at::kCUDA);
+  for (const auto& [rows, vocab] : kCudaShapes) {
+    for (at::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
+      for (bool misaligned : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << "N " << rows << " V " << vocab << " " << dtype
+                                          << (misaligned ? " misaligned" : ""));
+        const at::Tensor logits = cuda_logits(rows, vocab, dtype, misaligned);
+        const at::Tensor targets = make_targets(rows, vocab, cuda);
+        test::poison({{{rows}, at::kFloat}, {{rows}, at::kFloat}}, cuda.device());
+        const auto [loss, grad] = loss_and_grad(kFunction, logits, targets, 1.3);
+        const auto [want_loss, want_grad] = loss_and_grad(kReference, logits, targets, 1.3);
+        const double tol = dtype == at::kFloat ? 1e-5 : 1e-2;
+        ASSERT_EQ(loss.scalar_type(), at::kFloat);
+        EXPECT_LT(rel_error(loss, want_loss), tol);
+        EXPECT_LT(rel_error(grad, want_grad), tol);
+      }
+    }
+  }
+}
+
+TEST(FusedClassifierCudaTest, DispatchesToTheKernelAndIsDeterministic) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  ASSERT_TRUE(detail::fused_classifier_cuda_built());
+  SCOPED_TRACE("seed " + std::to_string(test::fresh_seed()));
+  const at::Tensor logits = cuda_logits(515, 50257, at::kBFloat16, false);
+  const at::Tensor targets = make_targets(515, 50257, at::TensorOptions().device(at::kCUDA));
+  const auto op = [](const at::Tensor& l, const at::Tensor& t) { return fused_classifier(l, t); };
+  const auto [loss1, grad1] = loss_and_grad(op, logits, targets);
+  const auto [loss2, grad2] = loss_and_grad(op, logits, targets);
+  EXPECT_TRUE(at::equal(loss1, loss2));
+  EXPECT_TRUE(at::equal(grad1, grad2));
+  // The public op took the Function: its input buffer now holds the gradient.
+  at::Tensor leaf = logits.clone().requires_grad_(true);
+  at::Tensor consumed = leaf * 1;
+  fused_classifier(consumed, targets).backward();
+  EXPECT_TRUE(at::equal(consumed.detach(), leaf.grad()));
+}
+
+TEST(FusedClassifierCudaTest, IgnoredAndOutOfRangeRows) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  ASSERT_TRUE(detail::fused_classifier_cuda_built());
+  const at::Tensor logits = cuda_logits(4, 50257, at::kFloat, true);
+  const at::Tensor targets =
+      at::tensor(std::vector<int64_t>{5, kIgnoreIndex, 50256, 50257}, at::kLong).cuda();
+  const auto [loss, grad] = loss_and_grad(kFunction, logits, targets);
+  EXPECT_TRUE(std::isnan(loss.item<double>()));
+  EXPECT_TRUE(grad[1].eq(0).all().item<bool>());
+  EXPECT_TRUE(grad[3].isnan().all().item<bool>());
+  const at::Tensor valid = targets.narrow(0, 0, 3);
+  const auto [loss3, grad3] = loss_and_grad(kFunction, logits.narrow(0, 0, 3), valid);
+  const auto [want3, want_grad3] = loss_and_grad(kReference, logits.narrow(0, 0, 3), valid);
+  EXPECT_LT(rel_error(loss3, want3), 1e-5);
+  EXPECT_LT(rel_error(grad3, want_grad3), 1e-5);
+}
+
+}  // namespace
+}  // namespace brrr

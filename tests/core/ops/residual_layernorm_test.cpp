@@ -1,0 +1,227 @@
+// residual_layernorm: the reference and the autograd Function's CPU stages against the unfused
+// ATen composition (add, then layer_norm) and against finite differences, unused outputs,
+// errors; on CUDA the kernels against the reference on fresh random inputs, C = 768 and 1000,
+// odd N, misaligned rows, mixed dtypes, and run-to-run identical dweight/dbias.
+#include "core/ops/residual_layernorm.h"
+
+#include <ATen/ATen.h>
+#include <ATen/OpMathType.h>
+#include <gtest/gtest.h>
+#include <torch/autograd.h>
+#include <torch/cuda.h>
+
+#include "core/error.h"
+#include "tests/core/ops/ops_test_util.h"
+
+namespace brrr {
+namespace {
+
+using test::rel_error;
+constexpr double kEps = 1e-5;
+
+struct Inputs {
+  at::Tensor residual, x, weight, bias;
+};
+
+Inputs make_inputs(int64_t rows, int64_t channels, at::ScalarType dtype, at::Device device) {
+  const auto f = at::TensorOptions().device(device).dtype(at::toOpMathType(dtype));
+  // An offset mean, so the variance pass is tested against cancellation.
+  return {(at::randn({rows, channels}, f) + 3).to(dtype), at::randn({rows, channels}, f).to(dtype),
+          at::randn({channels}, f) * 0.5 + 1, at::randn({channels}, f) * 0.1};
+}
+
+using Op = std::function<std::tuple<at::Tensor, at::Tensor>(const Inputs&)>;
+
+// Outputs and gradients of `op` for the loss sum(h * dh) + sum(y * dy): {h, y, d residual, d x,
+// d weight, d bias}. With use_h (use_y) false, that output does not enter the loss.
+std::vector<at::Tensor> run(const Op& op, const Inputs& in, const at::Tensor& dh,
+                            const at::Tensor& dy, bool use_h = true, bool use_y = true) {
+  Inputs leaf{in.residual.clone().requires_grad_(true), in.x.clone().requires_grad_(true),
+              in.weight.clone().requires_grad_(true), in.bias.clone().requires_grad_(true)};
+  const auto [h, y] = op(leaf);
+  at::Tensor loss = at::zeros({}, h.options().dtype(at::kDouble));
+  if (use_h) loss = loss + (h.to(at::kDouble) * dh.to(at::kDouble)).sum();
+  if (use_y) loss = loss + (y.to(at::kDouble) * dy.to(at::kDouble)).sum();
+  loss.backward();
+  return {h.detach(),    y.detach(),         leaf.residual.grad(),
+          leaf.x.grad(), leaf.weight.grad(), leaf.bias.grad()};
+}
+
+Op function_op(at::ScalarType out) {
+  return [out](const Inputs& i) {
+    return detail::residual_layernorm_function(i.residual, i.x, i.weight, i.bias, kEps, out);
+  };
+}
+Op reference_op(at::ScalarType out) {
+  return [out](const Inputs& i) {
+    return residual_layernorm_reference(i.residual, i.x, i.weight, i.bias, kEps, out);
+  };
+}
+Op unfused_op() {
+  return [](const Inputs& i) {
+    const at::Tensor h = i.residual + i.x;
+    return std::tuple{h, at::layer_norm(h, {h.size(1)}, i.weight, i.bias, kEps)};
+  };
+}
+
+const char* const kNames[] = {"new_residual", "y", "d residual", "d x", "d weight", "d bias"};
+
+void expect_close(const std::vector<at::Tensor>& got, const std::vector<at::Tensor>& want,
+                  double tol) {
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_LT(rel_error(got[i], want[i]), tol) << kNames[i];
+  }
+}
+
+TEST(ResidualLayerNormTest, CpuPathsEqualTheUnfusedComposition) {
+  SCOPED_TRACE("seed " + std::to_string(test::fresh_seed()));
+  for (int64_t channels : {768, 1000, 7}) {
+    SCOPED_TRACE("C " + std::to_string(channels));
+    const Inputs in = make_inputs(9, channels, at::kFloat, at::kCPU);
+    const at::Tensor dh = at::randn({9, channels}), dy = at::randn({9, channels});
+    const auto want = run(unfused_op(), in, dh, dy);
+    expect_close(run(reference_op(at::kFloat), in, dh, dy), want, 1e-6);
+    expect_close(run(function_op(at::kFloat), in, dh, dy), want, 1e-6);
+  }
+}
+
+TEST(ResidualLayerNormTest, GradientsMatchFiniteDifferences) {
+  SCOPED_TRACE("seed " + std::to_string(test::fresh_seed()));
+  for (int64_t channels : {5, 8}) {
+    const Inputs in = make_inputs(3, channels, at::kDouble, at::kCPU);
+    const at::Tensor dh = at::randn({3, channels}, at::kDouble);
+    const at::Tensor dy = at::randn({3, channels}, at::kDouble);
+    for (const auto& [name, op] : {std::pair{"function", function_op(at::kDouble)},
+                                   std::pair{"reference", reference_op(at::kDouble)}}) {
+      SCOPED_TRACE(std::string(name) + " C " + std::to_string(channels));
+      const auto got = run(op, in, dh, dy);
+      Inputs probe{in.residual.clone(), in.x.clone(), in.weight.clone(), in.bias.clone()};
+      auto loss = [&] {
+        const auto [h, y] = op(probe);
+        return (h * dh).sum() + (y * dy).sum();
+      };
+      const at::Tensor* inputs[] = {&probe.residual, &probe.x, &probe.weight, &probe.bias};
+      for (int i = 0; i < 4; ++i) {
+        EXPECT_LT(rel_error(got[2 + i], test::numeric_grad(loss, *inputs[i])), 1e-7)
+            << kNames[2 + i];
+      }
+    }
+  }
+}
+
+TEST(ResidualLayerNormTest, UnusedOutputsCountAsZero) {
+  SCOPED_TRACE("seed " + std::to_string(test::fresh_seed()));
+  const Inputs in = make_inputs(4, 16, at::kFloat, at::kCPU);
+  const at::Tensor dh = at::randn({4, 16}), dy = at::randn({4, 16});
+  for (auto [use_h, use_y] : {std::pair{true, false}, std::pair{false, true}}) {
+    const auto got = run(function_op(at::kFloat), in, dh, dy, use_h, use_y);
+    const auto want = run(reference_op(at::kFloat), in, dh, dy, use_h, use_y);
+    for (size_t i = 2; i < got.size(); ++i) {
+      if (!want[i].defined() || !got[i].defined()) {  // y unused: no weight/bias gradient
+        EXPECT_FALSE(use_y) << kNames[i];
+        continue;
+      }
+      EXPECT_LT(rel_error(got[i], want[i]), 1e-6) << kNames[i] << " use_h " << use_h;
+    }
+  }
+}
+
+TEST(ResidualLayerNormTest, MixedDtypesMatchTheReference) {
+  SCOPED_TRACE("seed " + std::to_string(test::fresh_seed()));
+  for (auto [dtype, out] :
+       {std::pair{at::kBFloat16, at::kBFloat16}, std::pair{at::kBFloat16, at::kFloat},
+        std::pair{at::kFloat, at::kHalf}}) {
+    const Inputs in = make_inputs(6, 40, dtype, at::kCPU);
+    const at::Tensor dh = at::randn({6, 40}).to(dtype), dy = at::randn({6, 40}).to(out);
+    const auto got = run(function_op(out), in, dh, dy);
+    EXPECT_EQ(got[0].scalar_type(), dtype);
+    EXPECT_EQ(got[1].scalar_type(), out);
+    expect_close(got, run(reference_op(out), in, dh, dy), 1e-2);
+  }
+}
+
+TEST(ResidualLayerNormTest, BadArgumentsNameWhatIsWrong) {
+  const Inputs in = make_inputs(4, 6, at::kFloat, at::kCPU);
+  auto message = [&](const at::Tensor& r, const at::Tensor& x, const at::Tensor& w,
+                     at::ScalarType out = at::kFloat) {
+    return test::data_error_message([&] { residual_layernorm(r, x, w, in.bias, kEps, out); });
+  };
+  auto has = [](const std::string& m, const std::string& part) {
+    return m.find(part) != std::string::npos;
+  };
+  EXPECT_TRUE(has(message(in.residual.view({24}), in.x.view({24}), in.weight),
+                  "residual must be (N, C) with C > 0, float32, float64, bfloat16 or float16, "
+                  "got Float [24]"));
+  EXPECT_TRUE(has(message(in.residual.to(at::kInt), in.x, in.weight), "got Int [4, 6]"));
+  EXPECT_TRUE(has(message(in.residual, in.x.view({6, 4}), in.weight),
+                  "x must match residual, Float [4, 6] on cpu, got Float [6, 4] on cpu"));
+  EXPECT_TRUE(
+      has(message(in.residual, in.x.to(at::kBFloat16), in.weight), "got BFloat16 [4, 6] on cpu"));
+  EXPECT_TRUE(has(message(in.residual, in.x, at::ones({5})),
+                  "weight and bias must be Float (6,) on cpu for residual Float [4, 6], got "
+                  "Float [5] on cpu"));
+  EXPECT_TRUE(has(
+      message(in.residual.to(at::kBFloat16), in.x.to(at::kBFloat16), in.weight.to(at::kBFloat16)),
+      "weight and bias must be Float (6,) on cpu for residual BFloat16 [4, 6], got "
+      "BFloat16 [6] on cpu"));
+  EXPECT_TRUE(has(message(in.residual, in.x, in.weight, at::kInt),
+                  "out_dtype must be float32, float64, bfloat16 or float16, got Int"));
+}
+
+// ---- CUDA: the kernels against the reference on the GPU ----------------------------------
+
+TEST(ResidualLayerNormCudaTest, KernelsMatchTheReference) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  ASSERT_TRUE(detail::residual_layernorm_cuda_built());
+  SCOPED_TRACE("seed " + std::to_string(test::fresh_seed()));
+  const at::Device cuda(at::kCUDA);
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {
+      {1, 768}, {7, 768}, {4097, 768}, {16384, 768}, {33, 1000}, {3001, 1000}, {5, 8}, {2, 4000}};
+  const std::vector<std::pair<at::ScalarType, at::ScalarType>> dtypes = {
+      {at::kFloat, at::kFloat},
+      {at::kBFloat16, at::kBFloat16},
+      {at::kBFloat16, at::kFloat},
+      {at::kFloat, at::kBFloat16},
+      {at::kHalf, at::kHalf}};
+  for (const auto& [rows, channels] : shapes) {
+    for (const auto& [dtype, out] : dtypes) {
+      for (bool misaligned : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << "N " << rows << " C " << channels << " " << dtype
+                                          << " -> " << out << (misaligned ? " misaligned" : ""));
+        Inputs in = make_inputs(rows, channels, dtype, cuda);
+        if (misaligned) {  // rows one element off 16 bytes: the scalar path at any C
+          at::Tensor buf = at::empty({rows * channels + 1}, in.x.options());
+          in.x = buf.narrow(0, 1, rows * channels).view({rows, channels}).copy_(in.x);
+        }
+        const at::Tensor dh = at::randn({rows, channels}, in.weight.options()).to(dtype);
+        const at::Tensor dy = at::randn({rows, channels}, in.weight.options()).to(out);
+        test::poison({{{rows, channels}, dtype}, {{rows, channels}, out}, {{rows}, at::kFloat}},
+                     cuda);
+        const auto got = run(function_op(out), in, dh, dy);
+        const auto want = run(reference_op(out), in, dh, dy);
+        const bool low = dtype != at::kFloat || out != at::kFloat;
+        expect_close(got, want, low ? 1e-2 : 1e-5);
+      }
+    }
+  }
+}
+
+TEST(ResidualLayerNormCudaTest, ParameterGradientsAreRunToRunIdentical) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  ASSERT_TRUE(detail::residual_layernorm_cuda_built());
+  SCOPED_TRACE("seed " + std::to_string(test::fresh_seed()));
+  const Inputs in = make_inputs(16384, 768, at::kBFloat16, at::Device(at::kCUDA));
+  const at::Tensor dh = at::randn({16384, 768}, in.weight.options()).to(at::kBFloat16);
+  const at::Tensor dy = at::randn({16384, 768}, in.weight.options()).to(at::kBFloat16);
+  const Op op = [](const Inputs& i) {  // the public op: the kernels on CUDA
+    return residual_layernorm(i.residual, i.x, i.weight, i.bias, kEps, at::kBFloat16);
+  };
+  const auto first = run(op, in, dh, dy);
+  const auto second = run(op, in, dh, dy);
+  for (size_t i = 0; i < first.size(); ++i) {
+    EXPECT_TRUE(at::equal(first[i], second[i])) << kNames[i];
+  }
+}
+
+}  // namespace
+}  // namespace brrr
