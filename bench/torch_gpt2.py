@@ -138,6 +138,8 @@ def trace_kernels(args, step, sync, tag):
 
 def bench(args, tokens, mode, accum, device):
     torch.manual_seed(1234)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
     model = GPT(args.n_layer, args.n_head, args.n_embd, args.block, args.vocab).to(device)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
@@ -174,8 +176,10 @@ def bench(args, tokens, mode, accum, device):
     n_params = sum(p.numel() for p in model.parameters()) - model.wpe.weight.numel()
     flops_per_token = 6 * n_params + 12 * args.n_layer * args.block * args.n_embd
     tps = args.steps * accum * args.batch * args.block / elapsed
+    peak_mib = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else 0.0
     print(f"# {mode} accum {accum}: warm-up {warm_s:.1f} s, last loss {loss.item():.3f}, "
-          f"N = {n_params / 1e6:.1f} M, {flops_per_token / 1e9:.3f} GFLOP/token", file=sys.stderr)
+          f"N = {n_params / 1e6:.1f} M, {flops_per_token / 1e9:.3f} GFLOP/token, "
+          f"peak memory {peak_mib:.0f} MiB", file=sys.stderr)
     del model, opt, fwd
     if device.type == "cuda":
         torch.cuda.empty_cache()

@@ -61,6 +61,13 @@ struct ModelOptions {
   /// Conv models on CUDA: NHWC (channels-last) weights and inputs, the layout tensor-core
   /// convolutions run fastest in. Ignored on CPU and for models without convolutions.
   bool channels_last = true;
+  /// The fused-op path (brrr::ops): `auto` = the fused ops, whose CUDA kernels run on CUDA
+  /// tensors and whose ATen reference runs on the CPU; `true` = the same; `false` = the unfused
+  /// ATen composition everywhere (the reference path).
+  std::string fused = "auto";
+  /// gpt: scaled-dot-product attention backend: `auto` (the fastest measured on the device:
+  /// cuDNN on Hopper, else ATen's choice), `flash`, `cudnn`, `efficient`, `math`.
+  std::string attention = "auto";
 };
 
 /// One image transform in `data.transforms` (applied in the loader workers, on uint8 images).

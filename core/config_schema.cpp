@@ -90,6 +90,10 @@ std::vector<Field> make_config_fields() {
       BRRR_CFG(model.bias, R, "gpt: biases in Linear and LayerNorm."),
       BRRR_CFG(model.tie_embeddings, R, "gpt: output head shares the token embedding."),
       BRRR_CFG(model.channels_last, R, "conv models on CUDA: NHWC weights and inputs."),
+      BRRR_CFG(model.fused, R.one_of({"auto", "true", "false"}),
+               "Fused ops (brrr::ops): auto, true, or false for the unfused ATen path."),
+      BRRR_CFG(model.attention, R.one_of({"auto", "flash", "cudnn", "efficient", "math"}),
+               "gpt: attention backend."),
 
       BRRR_DATASET_FIELDS(data, R.must_be_set(), R),
       BRRR_CFG(data.num_workers, R.ge(-1).auto_means(-1),

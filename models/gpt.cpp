@@ -1,11 +1,13 @@
 #include "models/gpt.h"
 
+#include <ATen/autocast_mode.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <cmath>
 
 #include "core/error.h"
+#include "core/ops/residual_layernorm.h"
 #include "models/gpt_block.h"
 
 namespace brrr {
@@ -38,7 +40,10 @@ void check_options(const ModelOptions& o) {
 
 }  // namespace
 
-Gpt::Gpt(const ModelOptions& options) : options_(options) {
+Gpt::Gpt(const ModelOptions& options)
+    : options_(options),
+      fused_(options.fused != "false" && options.bias),
+      attention_(parse_attention_backend(options.attention)) {
   check_options(options_);
   const int64_t C = options_.n_embd;
   auto transformer = register_module("transformer", std::make_shared<torch::nn::Module>());
@@ -47,7 +52,7 @@ Gpt::Gpt(const ModelOptions& options) : options_(options) {
   h_ = transformer->register_module("h", torch::nn::ModuleList());
   for (int64_t i = 0; i < options_.n_layer; ++i) {
     h_->push_back(std::make_shared<detail::GptBlockImpl>(C, options_.n_head, options_.dropout,
-                                                         options_.bias));
+                                                         options_.bias, attention_));
   }
   ln_f_ = transformer->register_module(
       "ln_f", std::make_shared<detail::GptLayerNormImpl>(C, options_.bias));
@@ -86,8 +91,36 @@ at::Tensor Gpt::forward(const at::Tensor& input) {
   const at::Tensor pos = at::arange(T, input.options().dtype(at::kLong));  // (T,)
   at::Tensor x = wte_->forward(input) + wpe_->forward(pos);                // (B, T, C)
   x = at::dropout(x, options_.dropout, is_training());
+  if (fused_) return at::linear(forward_fused(x), lm_head_weight_);                 // (B, T, V)
   for (const auto& block : *h_) x = block->as<detail::GptBlockImpl>()->forward(x);  // (B, T, C)
   return at::linear(ln_f_->forward(x), lm_head_weight_);                            // (B, T, V)
+}
+
+at::Tensor Gpt::forward_fused(const at::Tensor& x) {
+  const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
+  // The dtype the matmuls run in: autocast's, else the activations'.
+  const c10::DeviceType type = x.device().type();
+  const at::ScalarType compute = at::autocast::is_autocast_enabled(type)
+                                     ? at::autocast::get_autocast_dtype(type)
+                                     : x.scalar_type();
+  auto rows = [&](const at::Tensor& t) { return t.reshape({B * T, C}); };  // (N, C)
+  auto blocks = [&](const at::Tensor& t) { return t.view({B, T, C}); };    // (B, T, C)
+  // Block i: y = ln_1(res); res += attn(y); y = ln_2(res); res += mlp(y); the last two steps of a
+  // block and the first of the next are each one residual_layernorm, the last one with ln_f.
+  at::Tensor res = rows(x);                                         // (N, C) float32
+  at::Tensor y = h_->at<detail::GptBlockImpl>(0).ln_1->forward(x);  // (B, T, C)
+  const int64_t n = static_cast<int64_t>(h_->size());
+  for (int64_t i = 0; i < n; ++i) {
+    auto& block = h_->at<detail::GptBlockImpl>(static_cast<size_t>(i));
+    const at::Tensor a = rows(block.attn->forward(blocks(y))).to(res.scalar_type());
+    std::tie(res, y) =
+        residual_layernorm(res, a, block.ln_2->weight, block.ln_2->bias, 1e-5, compute);
+    const at::Tensor m = rows(block.mlp->forward_fused(blocks(y))).to(res.scalar_type());
+    const detail::GptLayerNormImpl& next =
+        i + 1 < n ? *h_->at<detail::GptBlockImpl>(static_cast<size_t>(i + 1)).ln_1 : *ln_f_;
+    std::tie(res, y) = residual_layernorm(res, m, next.weight, next.bias, 1e-5, compute);
+  }
+  return blocks(y);
 }
 
 int64_t Gpt::num_non_embedding_parameters() const {
@@ -109,9 +142,12 @@ double Gpt::flops_per_example() const {
 
 std::string Gpt::describe() const {
   return describe_with(fmt::format(
-      "gpt (n_layer {}, n_head {}, n_embd {}, block_size {}, vocab_size {}, bias {}, tied {})",
+      "gpt (n_layer {}, n_head {}, n_embd {}, block_size {}, vocab_size {}, bias {}, tied {}; "
+      "{}, attention {})",
       options_.n_layer, options_.n_head, options_.n_embd, options_.block_size, options_.vocab_size,
-      options_.bias, options_.tie_embeddings));
+      options_.bias, options_.tie_embeddings,
+      fused_ ? "fused residual+layernorm and bias+gelu" : "unfused ATen ops",
+      to_string(attention_)));
 }
 
 }  // namespace brrr

@@ -1,7 +1,9 @@
 #pragma once
 // `gpt`: the GPT-2 family as in nanoGPT — token + position embeddings, n_layer pre-LayerNorm
-// blocks (causal self-attention through at::scaled_dot_product_attention, so fused flash/cuDNN
-// kernels run on CUDA; MLP 4x with tanh-GELU), final ln_f and an lm_head tied to wte.
+// blocks (causal self-attention through ATen's fused SDPA kernels, backend per model.attention;
+// MLP 4x with tanh-GELU), final ln_f and an lm_head tied to wte. With model.fused (and biases)
+// the residual add + LayerNorm and the bias + GELU run as fused ops (core/ops); the unfused
+// composition stays the reference path.
 //
 // Names (PyTorch state_dict of nanoGPT): transformer.wte.weight, transformer.wpe.weight,
 // transformer.h.<i>.{ln_1, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj}.{weight,bias},
@@ -14,6 +16,7 @@
 #include <torch/nn/modules/embedding.h>
 
 #include "core/config.h"
+#include "models/attention.h"
 #include "models/model.h"
 
 namespace brrr {
@@ -40,13 +43,22 @@ class Gpt : public Model {
   /// Parameters without the position embedding (nanoGPT's get_num_params(non_embedding=True)).
   int64_t num_non_embedding_parameters() const;
 
+  /// Whether forward() runs the fused ops (model.fused not `false` and the model has biases).
+  bool fused() const { return fused_; }
+
  private:
+  /// The blocks with residual add + LayerNorm and bias + GELU fused (brrr::ops): the residual
+  /// stream stays float32, each LayerNorm's output is in the compute dtype.
+  at::Tensor forward_fused(const at::Tensor& x);  // (B, T, C) float32 -> (B, T, C)
+
   ModelOptions options_;
   torch::nn::Embedding wte_{nullptr};  // (vocab_size, n_embd)
   torch::nn::Embedding wpe_{nullptr};  // (block_size, n_embd)
   torch::nn::ModuleList h_;            // n_layer detail::GptBlock
   std::shared_ptr<detail::GptLayerNormImpl> ln_f_;
   at::Tensor lm_head_weight_;  // (vocab_size, n_embd); wte_->weight when tied
+  bool fused_ = false;
+  AttentionBackend attention_ = AttentionBackend::kAuto;
 };
 
 }  // namespace brrr

@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include "core/ops/bias_gelu.h"
+
 namespace brrr::detail {
 namespace {
 
@@ -28,11 +30,13 @@ at::Tensor GptLayerNormImpl::forward(const at::Tensor& x) {
   return at::layer_norm(x, {weight.size(0)}, weight, bias, /*eps=*/1e-5);
 }
 
-GptAttentionImpl::GptAttentionImpl(int64_t n_embd, int64_t n_head, double dropout, bool bias)
+GptAttentionImpl::GptAttentionImpl(int64_t n_embd, int64_t n_head, double dropout, bool bias,
+                                   AttentionBackend backend)
     : c_attn(register_module("c_attn", linear(n_embd, 3 * n_embd, bias))),
       c_proj(register_module("c_proj", linear(n_embd, n_embd, bias))),
       n_head_(n_head),
-      dropout_(dropout) {}
+      dropout_(dropout),
+      backend_(backend) {}
 
 at::Tensor GptAttentionImpl::forward(const at::Tensor& x) {
   const int64_t B = x.size(0);
@@ -42,9 +46,9 @@ at::Tensor GptAttentionImpl::forward(const at::Tensor& x) {
   auto heads = [&](const at::Tensor& t) {
     return t.view({B, T, n_head_, C / n_head_}).transpose(1, 2);  // (B, nh, T, hs)
   };
-  const at::Tensor y = at::scaled_dot_product_attention(
-      heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), /*attn_mask=*/{}, is_training() ? dropout_ : 0.0,
-      /*is_causal=*/true);  // (B, nh, T, hs)
+  const at::Tensor y =
+      causal_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), is_training() ? dropout_ : 0.0,
+                       backend_);  // (B, nh, T, hs)
   const at::Tensor merged = y.transpose(1, 2).contiguous().view({B, T, C});
   return at::dropout(fused_linear(c_proj, merged), dropout_, is_training());
 }
@@ -59,10 +63,20 @@ at::Tensor GptMlpImpl::forward(const at::Tensor& x) {
   return at::dropout(fused_linear(c_proj, h), dropout_, is_training());
 }
 
-GptBlockImpl::GptBlockImpl(int64_t n_embd, int64_t n_head, double dropout, bool bias)
+at::Tensor GptMlpImpl::forward_fused(const at::Tensor& x) {
+  // The GEMM without its bias; bias and GELU in one pass over the (B, T, 4C) activations, which
+  // the backward reads once to give both d(input) and d(bias).
+  const at::Tensor pre = at::linear(x, c_fc->weight);  // (B, T, 4C)
+  const int64_t rows = pre.numel() / pre.size(-1);
+  const at::Tensor h = bias_gelu(pre.view({rows, pre.size(-1)}), c_fc->bias).view(pre.sizes());
+  return at::dropout(fused_linear(c_proj, h), dropout_, is_training());
+}
+
+GptBlockImpl::GptBlockImpl(int64_t n_embd, int64_t n_head, double dropout, bool bias,
+                           AttentionBackend backend)
     : ln_1(register_module("ln_1", std::make_shared<GptLayerNormImpl>(n_embd, bias))),
-      attn(register_module("attn",
-                           std::make_shared<GptAttentionImpl>(n_embd, n_head, dropout, bias))),
+      attn(register_module(
+          "attn", std::make_shared<GptAttentionImpl>(n_embd, n_head, dropout, bias, backend))),
       ln_2(register_module("ln_2", std::make_shared<GptLayerNormImpl>(n_embd, bias))),
       mlp(register_module("mlp", std::make_shared<GptMlpImpl>(n_embd, dropout, bias))) {}
 

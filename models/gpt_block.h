@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "models/attention.h"
+
 namespace brrr::detail {
 
 /// LayerNorm over the last dim with an optional bias (torch::nn::LayerNorm always has one; GPT
@@ -22,7 +24,8 @@ class GptLayerNormImpl : public torch::nn::Module {
 /// Causal multi-head self-attention: c_attn (C -> 3C), SDPA with is_causal, c_proj (C -> C).
 class GptAttentionImpl : public torch::nn::Module {
  public:
-  GptAttentionImpl(int64_t n_embd, int64_t n_head, double dropout, bool bias);
+  GptAttentionImpl(int64_t n_embd, int64_t n_head, double dropout, bool bias,
+                   AttentionBackend backend);
   at::Tensor forward(const at::Tensor& x);  // (B, T, C) -> (B, T, C)
 
   torch::nn::Linear c_attn{nullptr};
@@ -31,6 +34,7 @@ class GptAttentionImpl : public torch::nn::Module {
  private:
   int64_t n_head_;
   double dropout_;
+  AttentionBackend backend_;
 };
 
 /// Position-wise MLP: c_fc (C -> 4C), GELU (tanh approximation), c_proj (4C -> C), dropout.
@@ -38,6 +42,8 @@ class GptMlpImpl : public torch::nn::Module {
  public:
   GptMlpImpl(int64_t n_embd, double dropout, bool bias);
   at::Tensor forward(const at::Tensor& x);  // (B, T, C) -> (B, T, C)
+  /// The same with c_fc's bias and the GELU in one op (ops::bias_gelu); needs bias.
+  at::Tensor forward_fused(const at::Tensor& x);  // (B, T, C) -> (B, T, C)
 
   torch::nn::Linear c_fc{nullptr};
   torch::nn::Linear c_proj{nullptr};
@@ -49,7 +55,7 @@ class GptMlpImpl : public torch::nn::Module {
 /// Pre-LayerNorm residual block: x + attn(ln_1(x)), then + mlp(ln_2(x)).
 class GptBlockImpl : public torch::nn::Module {
  public:
-  GptBlockImpl(int64_t n_embd, int64_t n_head, double dropout, bool bias);
+  GptBlockImpl(int64_t n_embd, int64_t n_head, double dropout, bool bias, AttentionBackend backend);
   at::Tensor forward(const at::Tensor& x);  // (B, T, C) -> (B, T, C)
 
   std::shared_ptr<GptLayerNormImpl> ln_1;

@@ -2,7 +2,8 @@
 # The one script run on the GPU machine: build, GPU tests, data, benchmarks, blog ladder.
 #
 #   scripts/gpu_check.sh [build] [tests] [data] [loader] [resnet] [gpt] [gptprof] [autotune]
-#                        [resnet64] [blog]       (none: all but gptprof, autotune, resnet64, in order)
+#                        [resnet64] [fused] [blog]
+#                        (none: all but gptprof, autotune, resnet64, fused, in order)
 #
 # Each stage runs under its own time limit (seconds, env STAGE_BUDGET_<NAME>), and the whole call
 # keeps within BUDGET_S (default 560 s, under the 10-minute limit of one call): a stage that no
@@ -112,7 +113,7 @@ stage_tests() {
   done
   # The op kernels under compute-sanitizer (memcheck: out-of-bounds and misaligned accesses).
   if command -v compute-sanitizer >/dev/null && [[ -x "$BUILD_DIR/tests/ops_tests" ]]; then
-    run compute-sanitizer --tool memcheck --error-exitcode 1 \
+    run timeout 150 compute-sanitizer --tool memcheck --error-exitcode 1 \
       "$BUILD_DIR/tests/ops_tests" --gtest_filter='*Cuda*' --gtest_brief=1 || rc=1
   fi
   if [[ "${FULL_TESTS:-0}" == 1 ]]; then
@@ -273,6 +274,40 @@ stage_autotune() {
   return $rc
 }
 
+# The fused-op path (brrr::ops): each op against the eager ATen sequence it replaces and against
+# torch.compile's kernel for the same op and shapes; then the whole GPT-2 124M step at B=16,
+# T=1024, bf16: brrr fused vs brrr unfused vs PyTorch eager and torch.compile, same call.
+stage_fused() {
+  set -o pipefail
+  [[ -s data_cache/fortunes_train.bin ]] || run scripts/prepare_data.sh tokens || return 1
+  local d=$RES/fused rc=0 f
+  mkdir -p "$d/runs"
+  run "$BUILD_DIR/bench/bench_ops_bench" --repeats 20 --csv "$d/ops_brrr.csv" || rc=1
+  run python3 bench/torch_ops.py --repeats 20 --csv "$d/ops_torch.csv" || rc=1
+  for f in auto false; do
+    rm -rf "runs/gpu_check/gpt2_b16_fused_$f"
+    run "$BUILD_DIR/trainer" --config configs/gpt2-124m.yaml --set run.name="gpt2_b16_fused_$f" \
+      --set run.output_dir=runs/gpu_check --set data.batch_size=16 --set train.grad_accum_steps=1 \
+      --set train.max_steps=100 --set train.log_every=20 --set train.eval_every=0 \
+      --set train.eval_steps=1 --set model.fused=$f 2>&1 | tail -4 || rc=1
+    keep_run "runs/gpu_check/gpt2_b16_fused_$f" "$d/runs/gpt2_b16_fused_$f"
+  done
+  run python3 bench/torch_gpt2.py --tokens data_cache/fortunes_train.bin --modes eager,compile \
+    --accum 1 --batch 16 --steps 40 --warmup 10 --csv "$d/torch_gpt2_b16.csv" || rc=1
+  python3 - "$d" <<'PY'
+import json, pathlib, statistics, sys
+d = pathlib.Path(sys.argv[1])
+for run in sorted((d / "runs").iterdir()):
+    recs = [json.loads(l) for l in (run / "metrics.jsonl").open()]
+    train = [r for r in recs if r["kind"] == "train"][1:]
+    summary = [r for r in recs if r["kind"] == "summary"][-1]
+    print(f"{run.name}: median {statistics.median(r['tokens_per_s'] for r in train):.0f} tokens/s "
+          f"over {len(train)} windows, peak memory {summary.get('mem_peak_mib', 0):.0f} MiB")
+PY
+  cat "$d/torch_gpt2_b16.csv" 2>/dev/null
+  return $rc
+}
+
 stage_blog() {
   need_data || return 1
   local rc=0 r
@@ -289,16 +324,16 @@ declare -A BUDGET=([build]=${STAGE_BUDGET_BUILD:-480} [tests]=${STAGE_BUDGET_TES
                    [data]=${STAGE_BUDGET_DATA:-120} [loader]=${STAGE_BUDGET_LOADER:-200}
                    [resnet]=${STAGE_BUDGET_RESNET:-240} [gpt]=${STAGE_BUDGET_GPT:-420}
                    [gptprof]=${STAGE_BUDGET_GPTPROF:-180} [autotune]=${STAGE_BUDGET_AUTOTUNE:-240}
-                   [resnet64]=${STAGE_BUDGET_RESNET64:-200}
+                   [resnet64]=${STAGE_BUDGET_RESNET64:-200} [fused]=${STAGE_BUDGET_FUSED:-420}
                    [blog]=${STAGE_BUDGET_BLOG:-420})
 stages=("$@")
 (( ${#stages[@]} > 0 )) || stages=(build tests data loader resnet gpt blog)
 for s in "${stages[@]}"; do
-  [[ -n "${BUDGET[$s]:-}" ]] || { echo "gpu_check: unknown stage '$s' (build tests data loader resnet gpt gptprof autotune resnet64 blog)" >&2; exit 2; }
+  [[ -n "${BUDGET[$s]:-}" ]] || { echo "gpu_check: unknown stage '$s' (build tests data loader resnet gpt gptprof autotune resnet64 fused blog)" >&2; exit 2; }
 done
 
 export -f run keep_run need_data stage_build stage_tests stage_data stage_loader stage_resnet \
-  stage_gpt stage_gptprof stage_autotune stage_resnet64 stage_blog
+  stage_gpt stage_gptprof stage_autotune stage_resnet64 stage_fused stage_blog
 export RES LOG ROOT
 status=0
 for STAGE in "${stages[@]}"; do

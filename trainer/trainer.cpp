@@ -1,15 +1,19 @@
 #include "trainer/trainer.h"
 
+#include <fmt/ranges.h>
+
 #include <filesystem>
 
 #include "core/device.h"
 #include "core/device_info.h"
 #include "core/error.h"
+#include "core/ops/fused_classifier.h"
 #include "core/ops/image_input.h"
 #include "data/data_loader.h"
 #include "data/dataset_factory.h"
 #include "data/loader_options.h"
 #include "data/prefetcher.h"
+#include "models/attention.h"
 #include "models/model.h"
 #include "models/registry.h"
 #include "trainer/evaluator.h"
@@ -109,13 +113,18 @@ StepOutput Trainer::training_step(const Batch& batch) {
     const at::Tensor& tokens = batch.at("tokens");  // (B, T+1)
     const auto inputs = tokens.narrow(1, 0, tokens.size(1) - 1);
     const auto targets = tokens.narrow(1, 1, tokens.size(1) - 1);
-    const at::Tensor logits = model_->forward(inputs);  // (B, T, V)
-    // Cross-entropy in float32 read straight from the bf16/fp16 logits: log_softmax's dtype
-    // argument converts while reading, where logits.float() would first write a float32 copy of
-    // the (B T, V) logits (1.6 GB for GPT-2 at 8 x 1024) and its backward another cast. Same
-    // values as cross_entropy(logits.float()).
-    out.loss = at::nll_loss(at::log_softmax(logits.reshape({-1, logits.size(-1)}), 1, at::kFloat),
-                            targets.reshape({-1}));
+    const at::Tensor logits = model_->forward(inputs);              // (B, T, V)
+    const at::Tensor flat = logits.reshape({-1, logits.size(-1)});  // (B T, V)
+    if (config_.model.fused != "false") {
+      // One pass for the loss, one in-place pass for its gradient (ops::fused_classifier): no
+      // float32 logits and no second logits-sized buffer.
+      out.loss = fused_classifier(flat, targets.reshape({-1}));
+    } else {
+      // Cross-entropy in float32 read straight from the bf16/fp16 logits: log_softmax's dtype
+      // argument converts while reading, where logits.float() would first write a float32 copy
+      // of the (B T, V) logits (1.6 GB for GPT-2 at 8 x 1024) and its backward another cast.
+      out.loss = at::nll_loss(at::log_softmax(flat, 1, at::kFloat), targets.reshape({-1}));
+    }
     out.examples = tokens.size(0);
     out.tokens = inputs.numel();
     return out;
@@ -209,6 +218,25 @@ void Trainer::build_data() {
   }
 }
 
+std::string Trainer::ops_plan() const {
+  // Which path each op of the step takes: the CUDA kernel (CUDA tensors in a CUDA build), the
+  // ATen reference of the fused op, or the unfused ATen composition (model.fused: false).
+  const bool fused = config_.model.fused != "false";
+  const char* path =
+      device_.is_cuda() && detail::image_input_cuda_built() ? "CUDA kernel" : "ATen reference";
+  std::vector<std::string> parts;
+  if (model_->task() == Task::kLanguageModel) {
+    parts.push_back(fmt::format("classifier {}", fused ? path : "unfused ATen"));
+    const at::ScalarType compute = autocast_dtype(precision_).value_or(at::kFloat);
+    parts.push_back(fmt::format(
+        "attention {}", to_string(resolve_attention_backend(
+                            parse_attention_backend(config_.model.attention), device_, compute))));
+  } else {
+    parts.push_back(fmt::format("image_input {}", path));
+  }
+  return fmt::format("{}", fmt::join(parts, ", "));
+}
+
 std::string Trainer::plan() {
   setup();
   const auto& t = config_.train;
@@ -219,6 +247,7 @@ std::string Trainer::plan() {
   s += fmt::format("precision   {}\n", t.precision);
   s += fmt::format("model       {}{}\n", model_->describe(),
                    channels_last_ ? " [channels-last]" : "");
+  s += fmt::format("ops         {}\n", ops_plan());
   s += fmt::format("data        {}\n", train_set_->describe());
   if (val_set_) s += fmt::format("val         {}\n", val_set_->describe());
   s += fmt::format("batch       {} x {} accumulation = {} examples/step; {} batches/epoch\n",

@@ -114,6 +114,8 @@ class Trainer {
   void build_data();
   /// Conv weights to NHWC on CUDA when model.channels_last (tensor-core convolutions want it).
   void use_channels_last_if_useful();
+  /// Which path each fused op takes, for plan() (--dry-run).
+  std::string ops_plan() const;
   /// Resolves data.batch_size: auto and data.num_workers: auto by measuring (see auto_tune.h).
   void auto_tune();
   Batch probe_batch(int64_t batch_size);

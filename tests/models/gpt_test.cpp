@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <ATen/autocast_mode.h>
 #include <ATen/record_function.h>
 
 #include <algorithm>
@@ -118,14 +119,55 @@ std::vector<std::string> ops_run_by(Fn&& fn) {
 
 TEST(GptTest, LinearsAreOneGemmWithTheBiasFused) {
   // A (B, T, C) input must reach addmm (bias in the GEMM), not matmul + a separate add: that add
-  // was 52 extra kernels per GPT-2 step on the GPU.
-  Gpt model(gpt_options(1, 2, 16, 8, 32));
+  // was 52 extra kernels per GPT-2 step on the GPU. (The unfused path; the fused one keeps
+  // c_fc's bias for its bias+GELU op.)
+  auto o = gpt_options(1, 2, 16, 8, 32);
+  o.fused = "false";
+  Gpt model(o);
   const at::Tensor tokens = at::randint(32, {2, 8}, at::kLong);
   const auto names = ops_run_by([&] { model.forward(tokens); });
   auto count = [&](const std::string& op) { return std::count(names.begin(), names.end(), op); };
   EXPECT_EQ(count("aten::matmul"), 1) << "only the untied-bias-free head may use matmul";
   EXPECT_EQ(count("aten::add_"), 0);
   EXPECT_EQ(count("aten::addmm"), 4) << "c_attn, attn.c_proj, c_fc, mlp.c_proj";
+}
+
+// The fused path (residual add + LayerNorm, bias + GELU as brrr::ops; their ATen references on
+// the CPU) computes the unfused model: logits and every gradient within float32 rounding.
+TEST(GptTest, FusedPathEqualsUnfusedOnCpu) {
+  auto o = gpt_options(3, 4, 64, 16, 96);
+  torch::manual_seed(21);
+  Gpt fused(o);
+  o.fused = "false";
+  torch::manual_seed(21);
+  Gpt plain(o);
+  ASSERT_TRUE(fused.fused());
+  ASSERT_FALSE(plain.fused());
+  const at::Tensor tokens = torch::randint(0, 96, {3, 16}, at::kLong);
+  const at::Tensor targets = torch::randint(0, 96, {3 * 16}, at::kLong);
+  auto loss_of = [&](Gpt& m) {
+    const at::Tensor logits = m.forward(tokens);
+    const at::Tensor loss = at::cross_entropy_loss(logits.reshape({-1, 96}), targets);
+    loss.backward();
+    return logits.detach();
+  };
+  test::expect_close(loss_of(fused), loss_of(plain), "logits", 1e-5, 1e-6);
+  const auto a = fused.named_parameters();
+  const auto b = plain.named_parameters();
+  for (const auto& p : a) {
+    test::expect_close(p.value().grad(), b[p.key()].grad(), "grad of " + p.key(), 1e-4, 1e-6);
+  }
+}
+
+TEST(GptTest, FusedPathRoutesLayerNormsAndTheFcBiasThroughTheOps) {
+  Gpt model(gpt_options(2, 2, 16, 8, 32));
+  const at::Tensor tokens = at::randint(32, {2, 8}, at::kLong);
+  const auto names = ops_run_by([&] { model.forward(tokens); });
+  auto count = [&](const std::string& op) { return std::count(names.begin(), names.end(), op); };
+  EXPECT_EQ(count("aten::layer_norm"), 1 + 2 * 2)
+      << "on the CPU the fused ops run their ATen references (one layer_norm each); the first "
+         "ln_1 is a plain LayerNorm";
+  EXPECT_EQ(count("aten::addmm"), 2 * 3) << "c_attn, attn.c_proj, mlp.c_proj keep their bias";
 }
 
 TEST(GptTest, AttentionIsCausal) {
@@ -156,6 +198,49 @@ TEST(GptTest, CudaForwardMatchesCpu) {
   EXPECT_TRUE(named_state(model).at("lm_head.weight").is_cuda());
   const at::Tensor cuda = model.forward(tokens.to(torch::kCUDA)).cpu();
   test::expect_close(cuda, cpu, "cuda logits", 1e-3, 1e-3);
+}
+
+// On the GPU the fused path's kernels under bf16 autocast against the unfused ATen path: the
+// same logits and gradients to bf16 accuracy.
+TEST(GptTest, CudaFusedMatchesUnfusedUnderBf16) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  auto o = gpt_options(2, 4, 64, 64, 1000);
+  torch::manual_seed(8);
+  Gpt fused(o);
+  o.fused = "false";
+  torch::manual_seed(8);
+  Gpt plain(o);
+  fused.to(torch::kCUDA);
+  plain.to(torch::kCUDA);
+  const at::Tensor tokens = torch::randint(0, 1000, {4, 64}, at::kLong).to(torch::kCUDA);
+  const at::Tensor targets = torch::randint(0, 1000, {4 * 64}, at::kLong).to(torch::kCUDA);
+  auto run = [&](Gpt& m) {
+    at::autocast::set_autocast_enabled(at::kCUDA, true);
+    at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+    const at::Tensor logits = m.forward(tokens).to(at::kFloat);
+    at::autocast::set_autocast_enabled(at::kCUDA, false);
+    at::autocast::clear_cache();
+    at::cross_entropy_loss(logits.reshape({-1, 1000}), targets).backward();
+    return logits.detach().cpu();
+  };
+  test::expect_close(run(fused), run(plain), "bf16 logits", 2e-2, 2e-2);
+  const auto a = fused.named_parameters();
+  const auto b = plain.named_parameters();
+  for (const auto& p : a) {
+    const at::Tensor g = p.value().grad().cpu(), ref = b[p.key()].grad().cpu();
+    const double rel = (g - ref).norm().item<double>() / (ref.norm().item<double>() + 1e-12);
+    EXPECT_LT(rel, 3e-2) << "grad of " << p.key();
+  }
+  // Every attention backend gives the same model (the unfused one's math backend under autocast
+  // included).
+  for (const char* backend : {"flash", "cudnn", "efficient", "math"}) {
+    auto ob = o;
+    ob.attention = backend;
+    torch::manual_seed(8);
+    Gpt other(ob);
+    other.to(torch::kCUDA);
+    test::expect_close(run(other), run(plain), std::string("logits with ") + backend, 2e-2, 2e-2);
+  }
 }
 
 }  // namespace

@@ -55,7 +55,7 @@ void Adam::step_fused(size_t group, const at::Tensor* grad_scale, const at::Tens
   }
   at::_foreach_add_(steps, 1);
   const ParamGroup& g = groups_[group];
-  const double lr = lr_ * g.lr_scale;
+  const at::Tensor lr = group_lr(group);  // on the device: no host value baked into the step
   const auto scale = optional_tensor(grad_scale);
   const auto inf = optional_tensor(found_inf);
   if (options_.decoupled_weight_decay) {

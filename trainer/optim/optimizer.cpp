@@ -44,6 +44,8 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups, std::vector<std::string> na
       lr_(lr),
       fused_(fused),
       device_(device) {
+  if (fused_)
+    lr_on_device_ = at::full({}, lr, at::TensorOptions().dtype(at::kFloat).device(device_));
   size_t count = 0;
   for (const ParamGroup& group : groups_) {
     group_offset_.push_back(count);
@@ -110,6 +112,13 @@ void Optimizer::set_lr(double lr) {
   if (!(lr >= 0.0))
     throw Error(fmt::format("Optimizer::set_lr: learning rate must be >= 0, got {}", lr));
   lr_ = lr;
+  // A one-element fill from a host value: a tiny kernel, no host-device sync.
+  if (fused_) lr_on_device_.fill_(lr);
+}
+
+at::Tensor Optimizer::group_lr(size_t group) const {
+  const double scale = groups_.at(group).lr_scale;
+  return scale == 1.0 ? lr_on_device_ : lr_on_device_ * scale;
 }
 
 Optimizer::GroupGrads Optimizer::collect(size_t group) const {
@@ -197,7 +206,7 @@ void Optimizer::load(torch::serialize::InputArchive& archive) {
     }
   }
   state_ = std::move(loaded);
-  lr_ = read_value(archive, "lr").toDouble();
+  set_lr(read_value(archive, "lr").toDouble());
 }
 
 std::unique_ptr<Optimizer> make_optimizer(

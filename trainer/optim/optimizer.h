@@ -72,9 +72,14 @@ class Optimizer {
   /// Drops the gradients (set_to_none, PyTorch's default) or zeroes them in one foreach kernel.
   void zero_grad(bool set_to_none = true);
 
-  /// Base learning rate (set by the schedule before each step); group lr = lr * lr_scale.
+  /// Base learning rate (set by the schedule before each step); group lr = lr * lr_scale. On the
+  /// fused path the value is also written to a device tensor that the kernels read (lr_tensor()),
+  /// without a host sync, so a captured step reads the lr of its replay.
   void set_lr(double lr);
   double lr() const { return lr_; }
+  /// Fused path: the base lr as a 0-dim float32 tensor on the parameters' device (undefined on
+  /// the foreach path).
+  const at::Tensor& lr_tensor() const { return lr_on_device_; }
 
   const std::vector<ParamGroup>& groups() const { return groups_; }
   /// Whether the fused ATen kernels are used.
@@ -106,6 +111,8 @@ class Optimizer {
   static std::optional<at::Tensor> optional_tensor(const at::Tensor* t);
   /// Device of the `step` state tensors (CPU for the foreach path).
   c10::Device step_device() const;
+  /// Fused path: the lr of `group` on the device (lr_tensor() * lr_scale).
+  at::Tensor group_lr(size_t group) const;
   std::string param_name(size_t index) const;
   const at::Tensor& parameters_at(size_t index) const;
 
@@ -116,6 +123,7 @@ class Optimizer {
   double lr_;
   bool fused_;
   c10::Device device_;
+  at::Tensor lr_on_device_;  // () float32 on device_, fused path only
 };
 
 /// Builds the optimizer named by `options.name` over `named_parameters`. With no_decay_1d,

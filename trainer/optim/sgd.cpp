@@ -41,7 +41,7 @@ void Sgd::step_fused(size_t group, const at::Tensor* grad_scale, const at::Tenso
     }
   }
   const ParamGroup& g = groups_[group];
-  at::_fused_sgd_(gg.params, gg.grads, bufs, g.weight_decay, options_.momentum, lr_ * g.lr_scale,
+  at::_fused_sgd_(gg.params, gg.grads, bufs, g.weight_decay, options_.momentum, group_lr(group),
                   /*dampening=*/0.0, options_.nesterov, /*maximize=*/false,
                   /*is_first_step=*/false, optional_tensor(grad_scale), optional_tensor(found_inf));
 }

@@ -1,0 +1,232 @@
+// bench_ops_bench: each fused op of brrr::ops against the eager ATen sequence it replaces, at the
+// GPT-2 124M shapes of one B=16, T=1024 step (N = 16384 rows, C = 768, V = 50304) and an ImageNet
+// batch (256 x 3 x 224 x 224), bf16. Also the two ceilings: a device-to-device copy (bytes read +
+// written) and the lm-head matmuls (forward, d(input), d(weight)) that the classifier rides on.
+// bench/torch_ops.py times the same ops in PyTorch eager and under torch.compile.
+//
+//   bench_ops_bench [--repeats 20] [--csv FILE]
+// Prints CSV `op,impl,pass,ms,gb_per_s`: pass `fwd` or `fwd+bwd`; gb_per_s counts the fewest bytes
+// the op must move (each input read once, each output written once), so it compares with the
+// copy ceiling.
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAEvent.h>
+#include <fmt/format.h>
+#include <torch/cuda.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/ops/bias_gelu.h"
+#include "core/ops/fused_classifier.h"
+#include "core/ops/image_input.h"
+#include "core/ops/residual_layernorm.h"
+
+namespace {
+
+constexpr int64_t kRows = 16 * 1024, kC = 768, kV = 50304;
+
+// Median milliseconds of `fn` over `repeats` runs, each timed with CUDA events; `prepare` runs
+// before each timed run, outside the events (fresh inputs for ops that overwrite theirs).
+double time_ms(
+    const std::function<void()>& fn, int repeats, const std::function<void()>& prepare = [] {}) {
+  for (int i = 0; i < 3; ++i) {  // warm-up: allocator, handles, autotuning
+    prepare();
+    fn();
+  }
+  std::vector<double> ms;
+  for (int i = 0; i < repeats; ++i) {
+    prepare();
+    at::cuda::CUDAEvent start(cudaEventDefault), stop(cudaEventDefault);
+    start.record();
+    fn();
+    stop.record();
+    stop.synchronize();
+    ms.push_back(start.elapsed_time(stop));
+  }
+  std::nth_element(ms.begin(), ms.begin() + static_cast<std::ptrdiff_t>(ms.size() / 2), ms.end());
+  return ms[ms.size() / 2];
+}
+
+struct Out {
+  std::FILE* file = nullptr;
+  void row(const std::string& op, const std::string& impl, const std::string& pass, double ms,
+           double bytes) {
+    const std::string line = fmt::format("{},{},{},{:.4f},{:.1f}\n", op, impl, pass, ms,
+                                         bytes > 0 ? bytes / (ms * 1e-3) / 1e9 : 0.0);
+    std::fputs(line.c_str(), stdout);
+    if (file) std::fputs(line.c_str(), file);
+  }
+};
+
+at::Tensor randn(std::vector<int64_t> shape, at::ScalarType dtype) {
+  return at::randn(shape, at::TensorOptions().device(at::kCUDA).dtype(dtype));
+}
+
+void bench_ceilings(Out& out, int repeats) {
+  const int64_t bytes = int64_t{2} << 30;  // 2 GiB each way
+  at::Tensor a = at::empty({bytes}, at::TensorOptions().device(at::kCUDA).dtype(at::kByte));
+  at::Tensor b = at::empty_like(a);
+  a.random_(0, 255);
+  out.row("copy", "ceiling", "fwd", time_ms([&] { b.copy_(a); }, repeats), 2.0 * bytes);
+  const at::Tensor y = randn({kRows, kC}, at::kBFloat16);
+  const at::Tensor w = randn({kV, kC}, at::kBFloat16);
+  const at::Tensor g = randn({kRows, kV}, at::kBFloat16);
+  const double fwd = time_ms([&] { at::mm(y, w.t()); }, repeats);
+  const double bwd = time_ms(
+      [&] {
+        at::mm(g, w);
+        at::mm(g.t(), y);
+      },
+      repeats);
+  out.row("lm_head_matmuls", "cublas", "fwd", fwd, 0);
+  out.row("lm_head_matmuls", "cublas", "fwd+bwd", fwd + bwd, 0);
+}
+
+void bench_classifier(Out& out, int repeats) {
+  const at::Tensor source = randn({kRows, kV}, at::kBFloat16);
+  const at::Tensor targets =
+      at::randint(0, kV, {kRows}, at::TensorOptions().device(at::kCUDA).dtype(at::kLong));
+  at::Tensor logits = source.clone().requires_grad_(true);
+  const double logits_bytes = static_cast<double>(source.nbytes());
+  auto refresh = [&] {  // the fused backward overwrites the logits with their gradient
+    at::NoGradGuard no_grad;
+    logits.copy_(source);
+    logits.mutable_grad() = at::Tensor();
+  };
+  auto eager = [&](bool backward) {
+    at::Tensor loss = at::nll_loss(at::log_softmax(logits, 1, at::kFloat), targets);
+    if (backward) loss.backward();
+  };
+  auto fused = [&](bool backward) {
+    at::Tensor loss = brrr::fused_classifier(logits, targets);
+    if (backward) loss.backward();
+  };
+  out.row("classifier", "eager", "fwd", time_ms([&] { eager(false); }, repeats, refresh),
+          logits_bytes);
+  out.row("classifier", "brrr", "fwd", time_ms([&] { fused(false); }, repeats, refresh),
+          logits_bytes);
+  out.row("classifier", "eager", "fwd+bwd", time_ms([&] { eager(true); }, repeats, refresh),
+          3 * logits_bytes);
+  out.row("classifier", "brrr", "fwd+bwd", time_ms([&] { fused(true); }, repeats, refresh),
+          3 * logits_bytes);
+
+  // The head with its loss, as the step runs it: y @ W^T -> loss -> d(y), d(W).
+  const at::Tensor y = randn({kRows, kC}, at::kBFloat16).requires_grad_(true);
+  const at::Tensor w = randn({kV, kC}, at::kBFloat16).requires_grad_(true);
+  auto head = [&](bool fused_loss) {
+    const at::Tensor z = at::mm(y, w.t());
+    const at::Tensor loss = fused_loss ? brrr::fused_classifier(z, targets)
+                                       : at::nll_loss(at::log_softmax(z, 1, at::kFloat), targets);
+    loss.backward();
+  };
+  auto no_grads = [&] {
+    y.mutable_grad() = at::Tensor();
+    w.mutable_grad() = at::Tensor();
+  };
+  out.row("head+loss", "eager", "fwd+bwd", time_ms([&] { head(false); }, repeats, no_grads), 0);
+  out.row("head+loss", "brrr", "fwd+bwd", time_ms([&] { head(true); }, repeats, no_grads), 0);
+}
+
+void bench_residual_layernorm(Out& out, int repeats) {
+  const at::Tensor res = randn({kRows, kC}, at::kFloat).requires_grad_(true);
+  const at::Tensor x = randn({kRows, kC}, at::kFloat).requires_grad_(true);
+  const at::Tensor w = randn({kC}, at::kFloat).requires_grad_(true);
+  const at::Tensor b = randn({kC}, at::kFloat).requires_grad_(true);
+  const at::Tensor dy = randn({kRows, kC}, at::kBFloat16);
+  const at::Tensor dres = randn({kRows, kC}, at::kFloat);
+  const double n = static_cast<double>(kRows * kC);
+  // fwd: read res, x (4 B each), write new_res (4 B) and y (2 B); bwd: read dy (2), d_new (4),
+  // new_res (4), write d_res (4).
+  const double fwd_bytes = n * 14, bwd_bytes = n * 14;
+  auto eager = [&](bool backward) {
+    const at::Tensor h = res + x;
+    const at::Tensor y = at::layer_norm(h, {kC}, w, b, 1e-5).to(at::kBFloat16);
+    if (backward) torch::autograd::backward({y, h}, {dy, dres});
+  };
+  auto fused = [&](bool backward) {
+    auto [h, y] = brrr::residual_layernorm(res, x, w, b, 1e-5, at::kBFloat16);
+    if (backward) torch::autograd::backward({y, h}, {dy, dres});
+  };
+  for (const bool bwd : {false, true}) {
+    const char* pass = bwd ? "fwd+bwd" : "fwd";
+    const double bytes = bwd ? fwd_bytes + bwd_bytes : fwd_bytes;
+    out.row("residual_layernorm", "eager", pass, time_ms([&] { eager(bwd); }, repeats), bytes);
+    out.row("residual_layernorm", "brrr", pass, time_ms([&] { fused(bwd); }, repeats), bytes);
+  }
+}
+
+void bench_bias_gelu(Out& out, int repeats) {
+  const at::Tensor x = randn({kRows, 4 * kC}, at::kBFloat16).requires_grad_(true);
+  const at::Tensor bias = randn({4 * kC}, at::kFloat).requires_grad_(true);
+  const at::Tensor dy = randn({kRows, 4 * kC}, at::kBFloat16);
+  const double n = static_cast<double>(kRows * 4 * kC);
+  auto eager = [&](bool backward) {  // autocast's pattern: bias added in the GEMM's dtype
+    const at::Tensor y = at::gelu(x + bias.to(at::kBFloat16), "tanh");
+    if (backward) y.backward(dy);
+  };
+  auto fused = [&](bool backward) {
+    const at::Tensor y = brrr::bias_gelu(x, bias);
+    if (backward) y.backward(dy);
+  };
+  for (const bool bwd : {false, true}) {
+    const char* pass = bwd ? "fwd+bwd" : "fwd";
+    const double bytes = bwd ? n * 4 + n * 6 : n * 4;  // fwd: x in, y out; bwd: dy, x in, dx out
+    out.row("bias_gelu", "eager", pass, time_ms([&] { eager(bwd); }, repeats), bytes);
+    out.row("bias_gelu", "brrr", pass, time_ms([&] { fused(bwd); }, repeats), bytes);
+  }
+}
+
+void bench_image_input(Out& out, int repeats) {
+  const at::Tensor x = at::randint(0, 256, {256, 3, 224, 224},
+                                   at::TensorOptions().device(at::kCUDA).dtype(at::kByte));
+  const at::Tensor scale = at::rand({3}, x.options().dtype(at::kFloat));
+  const at::Tensor shift = at::rand({3}, x.options().dtype(at::kFloat));
+  const double bytes = static_cast<double>(x.numel()) * 3;  // 1 B in, 2 B out
+  const auto cl = at::MemoryFormat::ChannelsLast;
+  out.row(
+      "image_input", "eager", "fwd",
+      time_ms([&] { brrr::image_input_reference(x, scale, shift, at::kBFloat16, cl); }, repeats),
+      bytes);
+  out.row("image_input", "brrr", "fwd",
+          time_ms([&] { brrr::image_input(x, scale, shift, at::kBFloat16, cl); }, repeats), bytes);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int repeats = 20;
+  std::string csv;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (flag == "--repeats")
+      repeats = std::atoi(argv[i + 1]);
+    else if (flag == "--csv")
+      csv = argv[i + 1];
+  }
+  if (!torch::cuda::is_available()) {
+    std::fprintf(stderr, "bench_ops_bench: needs a CUDA device\n");
+    return 2;
+  }
+  try {
+    Out out;
+    if (!csv.empty()) out.file = std::fopen(csv.c_str(), "w");
+    const std::string header = "op,impl,pass,ms,gb_per_s\n";
+    std::fputs(header.c_str(), stdout);
+    if (out.file) std::fputs(header.c_str(), out.file);
+    bench_ceilings(out, repeats);
+    bench_classifier(out, repeats);
+    bench_residual_layernorm(out, repeats);
+    bench_bias_gelu(out, repeats);
+    bench_image_input(out, repeats);
+    if (out.file) std::fclose(out.file);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_ops_bench: %s\n", e.what());
+    return 1;
+  }
+}

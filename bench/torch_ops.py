@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""The ops of bench/ops_bench.cpp in PyTorch: eager and torch.compile (Inductor's Triton kernels),
+at the same shapes and dtypes, timed the same way (CUDA events, median of --repeats runs after 3
+warm-up runs). Prints CSV `op,impl,pass,ms,gb_per_s` with impl `torch_eager` / `torch_compile`.
+
+    python3 bench/torch_ops.py [--repeats 20] [--csv FILE]
+"""
+import argparse
+import statistics
+import sys
+
+import torch
+import torch.nn.functional as F
+
+ROWS, C, V = 16 * 1024, 768, 50304
+
+
+def time_ms(fn, repeats, prepare=lambda: None):
+    for _ in range(3):
+        prepare()
+        fn()
+    times = []
+    for _ in range(repeats):
+        prepare()
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop))
+    return statistics.median(times)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--csv")
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("torch_ops.py: needs a CUDA device")
+    rows = []
+
+    def row(op, impl, pas, ms, nbytes):
+        gbs = nbytes / (ms * 1e-3) / 1e9 if nbytes else 0.0
+        rows.append(f"{op},{impl},{pas},{ms:.4f},{gbs:.1f}")
+        print(rows[-1], flush=True)
+
+    dev = "cuda"
+    bf16 = torch.bfloat16
+
+    # classifier: F.cross_entropy on the bf16 logits (GPT code calls it on logits.float())
+    source = torch.randn(ROWS, V, device=dev, dtype=bf16)
+    targets = torch.randint(0, V, (ROWS,), device=dev)
+    logits = source.clone().requires_grad_(True)
+
+    def ce(z, t):
+        return F.cross_entropy(z.float(), t)
+
+    ce_compiled = torch.compile(ce)
+    nbytes = source.numel() * 2
+    for impl, f in (("torch_eager", ce), ("torch_compile", ce_compiled)):
+        def fwd():
+            with torch.no_grad():
+                f(logits, targets)
+
+        def fwd_bwd():
+            f(logits, targets).backward()
+
+        def reset():
+            logits.grad = None
+
+        row("classifier", impl, "fwd", time_ms(fwd, args.repeats, reset), nbytes)
+        row("classifier", impl, "fwd+bwd", time_ms(fwd_bwd, args.repeats, reset), 3 * nbytes)
+
+    # head + loss: y @ W^T -> cross-entropy -> d(y), d(W)
+    y = torch.randn(ROWS, C, device=dev, dtype=bf16, requires_grad=True)
+    w = torch.randn(V, C, device=dev, dtype=bf16, requires_grad=True)
+
+    def head(y, w, t):
+        return F.cross_entropy((y @ w.t()).float(), t)
+
+    head_compiled = torch.compile(head)
+    for impl, f in (("torch_eager", head), ("torch_compile", head_compiled)):
+        def go():
+            f(y, w, targets).backward()
+
+        def reset():
+            y.grad = None
+            w.grad = None
+
+        row("head+loss", impl, "fwd+bwd", time_ms(go, args.repeats, reset), 0)
+    del source, logits
+
+    # residual add + LayerNorm (float32 residual stream, bf16 output for the next matmul)
+    res = torch.randn(ROWS, C, device=dev, requires_grad=True)
+    x = torch.randn(ROWS, C, device=dev, requires_grad=True)
+    lw = torch.randn(C, device=dev, requires_grad=True)
+    lb = torch.randn(C, device=dev, requires_grad=True)
+    dy = torch.randn(ROWS, C, device=dev, dtype=bf16)
+    dres = torch.randn(ROWS, C, device=dev)
+
+    def res_ln(res, x, lw, lb):
+        h = res + x
+        return h, F.layer_norm(h, (C,), lw, lb, 1e-5).to(bf16)
+
+    res_ln_compiled = torch.compile(res_ln)
+    n = ROWS * C
+    for impl, f in (("torch_eager", res_ln), ("torch_compile", res_ln_compiled)):
+        def fwd():
+            with torch.no_grad():
+                f(res, x, lw, lb)
+
+        def fwd_bwd():
+            h, out = f(res, x, lw, lb)
+            torch.autograd.backward([out, h], [dy, dres])
+
+        row("residual_layernorm", impl, "fwd", time_ms(fwd, args.repeats), n * 14)
+        row("residual_layernorm", impl, "fwd+bwd", time_ms(fwd_bwd, args.repeats), n * 28)
+
+    # bias + GELU(tanh) on the (N, 4C) activations
+    xg = torch.randn(ROWS, 4 * C, device=dev, dtype=bf16, requires_grad=True)
+    bg = torch.randn(4 * C, device=dev, requires_grad=True)
+    dyg = torch.randn(ROWS, 4 * C, device=dev, dtype=bf16)
+
+    def bias_gelu(x, b):
+        return F.gelu(x + b.to(bf16), approximate="tanh")
+
+    bias_gelu_compiled = torch.compile(bias_gelu)
+    n = ROWS * 4 * C
+    for impl, f in (("torch_eager", bias_gelu), ("torch_compile", bias_gelu_compiled)):
+        def fwd():
+            with torch.no_grad():
+                f(xg, bg)
+
+        def fwd_bwd():
+            f(xg, bg).backward(dyg)
+
+        row("bias_gelu", impl, "fwd", time_ms(fwd, args.repeats), n * 4)
+        row("bias_gelu", impl, "fwd+bwd", time_ms(fwd_bwd, args.repeats), n * 10)
+
+    # image input: uint8 NCHW -> normalised bf16 channels-last
+    img = torch.randint(0, 256, (256, 3, 224, 224), device=dev, dtype=torch.uint8)
+    scale = torch.rand(3, device=dev).view(1, 3, 1, 1)
+    shift = torch.rand(3, device=dev).view(1, 3, 1, 1)
+
+    def image_input(x):
+        x = x.contiguous(memory_format=torch.channels_last)
+        return (x.float() * scale + shift).to(bf16)
+
+    image_input_compiled = torch.compile(image_input)
+    for impl, f in (("torch_eager", image_input), ("torch_compile", image_input_compiled)):
+        row("image_input", impl, "fwd", time_ms(lambda: f(img), args.repeats), img.numel() * 3)
+
+    if args.csv:
+        with open(args.csv, "w") as out:
+            out.write("op,impl,pass,ms,gb_per_s\n" + "\n".join(rows) + "\n")
+
+
+if __name__ == "__main__":
+    main()
