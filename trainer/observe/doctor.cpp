@@ -78,42 +78,43 @@ RunStats stats_from_records(const std::vector<MetricRecord>& records) {
     if (r.kind == RecordKind::kTrain) train.push_back(&r);
   }
   RunStats s;
-  s.device = summary_string(summary, "device");
-  s.device_name = summary_string(summary, "device_name");
-  s.precision = summary_string(summary, "precision");
+  s.device = summary_string(summary, metric::kDevice);
+  s.device_name = summary_string(summary, metric::kDeviceName);
+  s.precision = summary_string(summary, metric::kPrecision);
   const MetricRecord* last_train = train.empty() ? nullptr : train.back();
   auto last = [&](const std::string& key) {  // the summary's value, else the last train record's
     std::optional<double> v = number_of(summary, key);
     return v ? v : number_of(last_train, key);
   };
-  s.steps = static_cast<int64_t>(std::llround(last("step").value_or(0.0)));
-  s.time_s = last("time_s").value_or(0.0);
+  s.steps = static_cast<int64_t>(std::llround(last(metric::kStep).value_or(0.0)));
+  s.time_s = last(metric::kTimeS).value_or(0.0);
   auto summary_or_mean = [&](const std::string& key) {
     std::optional<double> v = number_of(summary, key);
     return v ? v : train_mean(train, key);
   };
-  s.samples_per_s = summary_or_mean("samples_per_s");
-  s.tokens_per_s = summary_or_mean("tokens_per_s");
+  s.samples_per_s = summary_or_mean(metric::kSamplesPerS);
+  s.tokens_per_s = summary_or_mean(metric::kTokensPerS);
   if (s.tokens_per_s && *s.tokens_per_s <= 0.0) s.tokens_per_s.reset();  // 0 = not an LM run
-  s.data_wait_pct = summary_or_mean("data_wait_pct");
-  s.host_syncs_per_step = summary_or_mean("host_syncs_per_step");
-  const std::optional<double> copy_ms = train_mean(train, "breakdown_ms/copy");
-  const std::optional<double> step_ms = train_mean(train, "step_time_ms");
+  s.data_wait_pct = summary_or_mean(metric::kDataWaitPct);
+  s.host_syncs_per_step = summary_or_mean(metric::kHostSyncsPerStep);
+  const std::optional<double> copy_ms =
+      train_mean(train, std::string(metric::kBreakdownPrefix) + "copy");
+  const std::optional<double> step_ms = train_mean(train, metric::kStepTimeMs);
   if (copy_ms && step_ms && *step_ms > 0.0) s.copy_wait_pct = 100.0 * *copy_ms / *step_ms;
   for (const MetricRecord* r : train) {
-    if (auto it = r->values.find("mem_peak_mib"); it != r->values.end()) {
+    if (auto it = r->values.find(metric::kMemPeakMib); it != r->values.end()) {
       s.mem_peak_mib = std::max(s.mem_peak_mib.value_or(0.0), it->second);
     }
   }
-  s.num_workers = summary_int(summary, "num_workers");
-  s.pin_memory = summary_bool(summary, "pin_memory");
-  s.prefetch_factor = summary_int(summary, "prefetch_factor");
-  s.batch_size = summary_int(summary, "batch_size");
-  s.grad_accum_steps = summary_int(summary, "grad_accum_steps");
-  s.tensor_cores = summary_bool(summary, "tensor_cores");
-  s.gpu_util_mean = number_of(summary, "gpu_util_mean");
-  s.gpu_util_p10 = number_of(summary, "gpu_util_p10");
-  s.gpu_mem_used_pct = number_of(summary, "gpu_mem_used_pct");
+  s.num_workers = summary_int(summary, metric::kNumWorkers);
+  s.pin_memory = summary_bool(summary, metric::kPinMemory);
+  s.prefetch_factor = summary_int(summary, metric::kPrefetchFactor);
+  s.batch_size = summary_int(summary, metric::kBatchSize);
+  s.grad_accum_steps = summary_int(summary, metric::kGradAccumSteps);
+  s.tensor_cores = summary_bool(summary, metric::kTensorCores);
+  s.gpu_util_mean = number_of(summary, metric::kGpuUtilMean);
+  s.gpu_util_p10 = number_of(summary, metric::kGpuUtilP10);
+  s.gpu_mem_used_pct = number_of(summary, metric::kGpuMemUsedPct);
   return s;
 }
 
