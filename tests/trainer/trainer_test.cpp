@@ -334,7 +334,9 @@ TEST(TrainerCudaTest, NoHostSyncPerStepOutsideLogging) {
   ASSERT_EQ(summary.kind, RecordKind::kSummary);
   EXPECT_EQ(summary.values.at("host_syncs_per_step"), 0.0);
   for (const auto& r : trainer.history()) {
-    if (r.kind == RecordKind::kTrain) EXPECT_EQ(r.values.at("host_syncs_per_step"), 0.0) << r.step;
+    if (r.kind == RecordKind::kTrain) {
+      EXPECT_EQ(r.values.at("host_syncs_per_step"), 0.0) << r.step;
+    }
   }
 }
 

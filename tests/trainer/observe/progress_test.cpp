@@ -116,7 +116,7 @@ TEST(ProgressLineTest, TerminalLineIsCutToTheWidth) {
   line.update(s);
   line.finish();
   const std::string err = testing::internal::GetCapturedStderr();
-  EXPECT_EQ(err, "\r" + line.last_text().substr(0, 19) + "\033[K\n");
+  EXPECT_EQ(err, fmt::format("\r{}\033[K\n", line.last_text().substr(0, 19)));
   EXPECT_GT(line.last_text().size(), 19u);
 }
 

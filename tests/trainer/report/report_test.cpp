@@ -73,7 +73,7 @@ TEST(ReportTest, OverlaysTwoRecordedRuns) {
   // A real XML parser accepts every SVG.
   std::string cmd = std::string(BRRR_PYTHON) +
                     " -c \"import sys, xml.dom.minidom as m; [m.parse(p) for p in sys.argv[1:]]\"";
-  for (const char* plot : plots) cmd += " " + (out / plot).string();
+  for (const char* plot : plots) cmd += fmt::format(" {}", (out / plot).string());
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
 
   // Every line plot has one polyline per run and quantity; the second run is dashed.
