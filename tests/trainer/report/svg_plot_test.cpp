@@ -26,11 +26,18 @@ int count(const std::string& text, const std::string& needle) {
 }
 
 // The `points` attribute of every <polyline>, in order.
+// The points="..." of every <polyline>. Plain searching, not std::regex: libstdc++'s regex
+// recurses once per character of a match, which overflows the stack on a 20,000-character
+// points list (seen under AddressSanitizer, whose frames are larger).
 std::vector<std::string> polyline_points(const std::string& svg) {
   std::vector<std::string> out;
-  std::regex re("<polyline[^>]* points=\"([^\"]*)\"");
-  for (std::sregex_iterator it(svg.begin(), svg.end(), re), end; it != end; ++it) {
-    out.push_back((*it)[1]);
+  for (size_t at = svg.find("<polyline"); at != std::string::npos;
+       at = svg.find("<polyline", at + 1)) {
+    const size_t end_tag = svg.find('>', at);
+    const size_t key = svg.find(" points=\"", at);
+    if (key == std::string::npos || key > end_tag) continue;
+    const size_t begin = key + 9;
+    out.push_back(svg.substr(begin, svg.find('"', begin) - begin));
   }
   return out;
 }
