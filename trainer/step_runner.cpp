@@ -53,10 +53,11 @@ void StepRunner::run(int64_t step, const BatchSource& next_batch, WindowAccumula
 
     // Non-finite tracking stays on the device: remember the first bad step and its loss.
     const at::Tensor loss = out.loss.detach().to(at::kFloat);
+    // In place (masked_fill_/copy_ into the window's tensors): no new tensors per micro-batch,
+    // and the accumulators keep their storage, which a captured step needs.
     const at::Tensor bad = loss.isfinite().logical_not().logical_and(window.first_bad.lt(0));
-    window.first_bad =
-        at::where(bad, at::full({}, step, window.first_bad.options()), window.first_bad);
-    window.bad_loss = at::where(bad, loss, window.bad_loss);
+    window.bad_loss.copy_(at::where(bad, loss, window.bad_loss));
+    window.first_bad.masked_fill_(bad, step);
     window.loss_sum.add_(loss, 1.0 / static_cast<double>(accum));
     window.examples += out.examples;
     window.tokens += out.tokens;
