@@ -3,6 +3,12 @@
 // file or the new complete file, never a partial one: bytes go to `<path>.tmp.<pid>`, which is
 // fsynced, renamed over `path` (atomic on POSIX), and the directory is fsynced so the rename
 // itself survives a power loss. A crash mid-write leaves only a stale tmp file, removed later.
+// A write that fails (a full disk) is a CheckpointError naming the file and the cause; its tmp
+// file is removed and the previous checkpoint is untouched.
+//
+// Every checkpoint carries the CRC-32C of its content, in the zip archive's comment field (so
+// the file stays a plain PyTorch archive that torch.jit.load reads). load() verifies it first:
+// a flipped byte anywhere is an error naming the file, never a silently different state.
 //
 // Layout under the run directory:  checkpoints/step_00001000.pt ...  checkpoints/best.pt
 #include <cstdint>
@@ -22,6 +28,16 @@ namespace brrr {
 /// (IO failures as CheckpointError naming the file).
 void write_file_atomic(const std::string& path,
                        const std::function<void(const std::string& tmp_path)>& writer);
+
+/// What verify_checkpoint_checksum() found.
+enum class ChecksumStatus {
+  kVerified,  // the recorded CRC-32C matches the content
+  kMissing,   // no checksum recorded (a checkpoint written before brrr stamped them)
+};
+
+/// Reads the whole file at `path` and checks its recorded CRC-32C. Throws CheckpointError
+/// naming the file when it cannot be read or the checksum does not match.
+ChecksumStatus verify_checkpoint_checksum(const std::string& path);
 
 /// One step checkpoint on disk.
 struct CheckpointFile {
@@ -46,16 +62,18 @@ class CheckpointStore {
   /// Same for checkpoints/best.pt (not counted in keep_last, never pruned).
   std::string save_best(const std::function<void(torch::serialize::OutputArchive&)>& fill) const;
 
-  /// The highest-step checkpoint that loads. A newer one that does not (truncated, corrupt) is
-  /// skipped with a warning naming it. nullopt when there is none.
+  /// The highest-step checkpoint that passes its checksum and loads. A newer one that does not
+  /// (truncated, corrupt) is skipped with a warning naming the file and what is wrong with it.
+  /// nullopt when none is valid (list() tells whether there were any at all).
   std::optional<std::string> latest() const;
   /// best.pt if it exists.
   std::optional<std::string> best() const;
   /// Step checkpoints present, by increasing step (files are not opened).
   std::vector<CheckpointFile> list() const;
 
-  /// Opens `path` and hands its archive to `read`. Any failure (missing file, bad format,
-  /// missing key inside `read`) becomes a CheckpointError naming the file.
+  /// Verifies `path`'s checksum, opens it and hands its archive to `read`. Any failure (missing
+  /// file, a directory, checksum mismatch, bad format, missing key inside `read`) becomes a
+  /// CheckpointError naming the file. A file without a checksum loads with a warning.
   static void load(const std::string& path,
                    const std::function<void(torch::serialize::InputArchive&)>& read);
 
