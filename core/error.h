@@ -1,6 +1,6 @@
 #pragma once
 // brrr's exception types. Library code throws these; only main() catches them and chooses the
-// exit code: ConfigError/UsageError -> 2, everything else -> 1.
+// exit code: ConfigError/UsageError/RunDirError -> 2, everything else -> 1.
 #include <stdexcept>
 #include <string>
 
@@ -21,6 +21,20 @@ class ConfigError : public Error {
 
 /// Bad command line (unknown flag, missing argument).
 class UsageError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// The run directory cannot be used as asked: another trainer holds it, or it already holds a
+/// run that starting afresh would overwrite.
+class RunDirError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A stop request (SIGINT/SIGTERM) interrupted a wait (for a batch); the state between steps is
+/// intact and the caller checkpoints it.
+class StopRequested : public Error {
  public:
   using Error::Error;
 };

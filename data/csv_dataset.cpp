@@ -79,11 +79,18 @@ CsvDataset::CsvDataset(const std::string& path, int64_t label_column, bool heade
         throw DataError(fmt::format("{}:{}:{}: cannot parse '{}' as a number (field {})", path,
                                     line_no, cells[c].column, cells[c].text, c + 1));
       }
+      if (!std::isfinite(value)) {
+        throw DataError(fmt::format("{}:{}:{}: '{}' is not a finite number (field {})", path,
+                                    line_no, cells[c].column, cells[c].text, c + 1));
+      }
       if (c != label) {
         features.push_back(static_cast<float>(value));
       } else if (value != std::floor(value) || std::abs(value) > 9.0e15) {
         throw DataError(fmt::format("{}:{}:{}: label '{}' is not an integer class id", path,
                                     line_no, cells[c].column, cells[c].text));
+      } else if (value < 0) {
+        throw DataError(fmt::format("{}:{}:{}: label '{}' is negative; class ids count from 0",
+                                    path, line_no, cells[c].column, cells[c].text));
       } else {
         labels.push_back(static_cast<int64_t>(value));
       }

@@ -20,6 +20,7 @@ class CsvDataset : public Dataset {
   CsvDataset(const std::string& path, int64_t label_column = -1, bool header = true);
 
   int64_t size() const override { return labels_.size(0); }
+  std::optional<int64_t> max_target_id() const override { return labels_.max().item<int64_t>(); }
   /// {"features": float32 (F,), "label": int64 ()}.
   Sample get(int64_t index, Rng& rng) const override;
   std::string describe() const override;

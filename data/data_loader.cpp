@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -28,6 +29,31 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+// The scheduler state of process `pid` as /proc shows it ("stopped", "running", ...).
+std::string process_state(pid_t pid) {
+  std::ifstream in(fmt::format("/proc/{}/stat", pid));
+  std::string stat;
+  std::getline(in, stat);
+  const size_t close = stat.rfind(')');  // the command name may contain spaces and parentheses
+  if (close == std::string::npos || close + 2 >= stat.size()) return "state unknown";
+  switch (stat[close + 2]) {
+    case 'R':
+      return "running";
+    case 'S':
+      return "sleeping";
+    case 'D':
+      return "in uninterruptible I/O wait";
+    case 'T':
+      return "stopped (SIGSTOP/SIGTSTP; SIGCONT resumes it)";
+    case 't':
+      return "stopped by a debugger";
+    case 'Z':
+      return "exited (zombie)";
+    default:
+      return fmt::format("state {}", stat[close + 2]);
+  }
+}
+
 }  // namespace
 
 void DataLoaderOptions::validate() const {
@@ -37,6 +63,9 @@ void DataLoaderOptions::validate() const {
   if (prefetch_factor_ < 1)
     bad(fmt::format("prefetch_factor must be >= 1, got {}", prefetch_factor_));
   if (!(timeout_ >= 0.0)) bad(fmt::format("timeout must be >= 0 seconds, got {}", timeout_));
+  if (!(stall_warning_s_ >= 0.0)) {
+    bad(fmt::format("stall_warning_s must be >= 0 seconds, got {}", stall_warning_s_));
+  }
   if (world_size_ < 1) bad(fmt::format("world_size must be >= 1, got {}", world_size_));
   if (rank_ < 0 || rank_ >= world_size_) {
     bad(fmt::format("rank must be in [0, {}) (world_size), got {}", world_size_, rank_));
@@ -167,6 +196,8 @@ std::optional<Batch> DataLoader::next() {
     batch = options_.num_workers() == 0 ? next_in_process() : next_from_workers();
   } catch (const SlotsExhausted&) {
     throw;
+  } catch (const StopRequested&) {
+    throw;  // nothing was lost: the batch is still in flight and the next call waits for it
   } catch (...) {
     fail(std::current_exception());  // loading failed: the loader is done
     throw;
@@ -203,6 +234,7 @@ Batch DataLoader::next_in_process() {
 Batch DataLoader::next_from_workers() {
   const auto t0 = Clock::now();
   const double timeout = options_.timeout();
+  int64_t stalls_reported = 0;
   for (;;) {
     dispatch();
     auto it = ready_.find(next_return_);
@@ -229,8 +261,30 @@ Batch DataLoader::next_from_workers() {
       }
       wait_ms = std::clamp(static_cast<int>(left * 1000.0) + 1, 1, kPollMillis);
     }
+    if (options_.stop_requested() && options_.stop_requested()()) {
+      throw StopRequested(fmt::format("stop requested while waiting for batch {} of epoch {}",
+                                      next_return_, epoch_));
+    }
+    const double stall = options_.stall_warning_s();
+    if (stall > 0.0 && seconds_since(t0) >= stall * static_cast<double>(stalls_reported + 1)) {
+      ++stalls_reported;
+      report_stall(seconds_since(t0));
+    }
     if (std::optional<WorkerResult> result = pool_->poll(wait_ms)) handle_result(*result);
   }
+}
+
+void DataLoader::report_stall(double waited_s) const {
+  for (const auto& [seq, task] : in_flight_) {
+    if (task.generation != generation_ || task.batch != next_return_) continue;
+    const pid_t pid = pool_->pid(task.worker);
+    log::warn("data loader: waited {:.1f} s for batch {} of epoch {} from worker {} (pid {}, {})",
+              waited_s, next_return_, epoch_, task.worker, pid, process_state(pid));
+    return;
+  }
+  log::warn("data loader: waited {:.1f} s for batch {} of epoch {}, not yet sent to a worker "
+            "(every ring slot is held: {} in flight)",
+            waited_s, next_return_, epoch_, in_flight_.size());
 }
 
 // Sends batches [sent, batches_per_epoch_) of `epoch`, round robin as PyTorch, while the worker

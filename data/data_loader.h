@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -64,6 +65,12 @@ struct DataLoaderOptions {
   TORCH_ARG(int64_t, world_size) = 1;
   /// Where batches are going: CPU or CUDA. The ring is pinned only for CUDA with pin_memory.
   TORCH_ARG(c10::Device, device) = c10::Device(c10::kCPU);
+  /// Asked about every 100 ms while waiting for workers; when it answers true the wait ends with
+  /// StopRequested (the loader stays usable). Null: never.
+  TORCH_ARG(std::function<bool()>, stop_requested) = nullptr;
+  /// A wait for one batch longer than this many seconds logs which batch and which worker (pid
+  /// and process state, e.g. stopped) it waits for, again after every further interval; 0 = off.
+  TORCH_ARG(double, stall_warning_s) = 30.0;
 };
 
 /// Counters for the trainer's data-wait metrics.
@@ -132,6 +139,7 @@ class DataLoader {
   Batch hand_out(int64_t slot);
   int64_t rows_of(int64_t batch) const;
   void stop_workers() noexcept;
+  void report_stall(double waited_s) const;
   void fail(std::exception_ptr error) noexcept;
   [[noreturn]] void throw_slots_exhausted() const;
 

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "core/rng.h"
@@ -33,6 +34,10 @@ class Dataset {
   virtual Sample get(int64_t index, Rng& rng) const = 0;
   /// One line for logs and --dry-run, e.g. "image_folder /data/photos: 6000 images, 12 classes".
   virtual std::string describe() const = 0;
+  /// The largest class id (classification) or token id (language modelling) in the data, when
+  /// the dataset knows it cheaply: the trainer checks it against model.num_classes /
+  /// model.vocab_size once, before training. nullopt: unknown (not checked).
+  virtual std::optional<int64_t> max_target_id() const { return std::nullopt; }
 };
 
 using DatasetPtr = std::shared_ptr<const Dataset>;

@@ -32,6 +32,7 @@ class FashionMnistDataset : public Dataset {
                       std::vector<TransformOptions> transforms = {});
 
   int64_t size() const override { return labels_.size(0); }
+  std::optional<int64_t> max_target_id() const override { return labels_.max().item<int64_t>(); }
   Sample get(int64_t index, Rng& rng) const override;
   std::string describe() const override;
 

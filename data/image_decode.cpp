@@ -134,11 +134,38 @@ bool jpeg_step_read(JpegSession* s, uint8_t* out, size_t stride, JDIMENSION rows
 
 void jpeg_open_or_throw(JpegSession& s, const uint8_t* data, size_t size, const std::string& name) {
   if (!jpeg_step_open(&s, data, size)) throw_decode_error(name, "JPEG", s.err.message);
-  J_COLOR_SPACE in = s.cinfo.jpeg_color_space;
-  if (in == JCS_CMYK || in == JCS_YCCK) {
-    throw DataError("cannot decode JPEG image '" + name +
-                    "': CMYK/YCCK colour space is not supported (convert it to RGB)");
+}
+
+bool is_cmyk(const JpegSession& s) {
+  return s.cinfo.jpeg_color_space == JCS_CMYK || s.cinfo.jpeg_color_space == JCS_YCCK;
+}
+
+// x * y / 255 rounded, in Pillow's integer form (MULDIV255).
+inline int muldiv255(int x, int y) {
+  const int t = x * y + 128;
+  return ((t >> 8) + t) >> 8;
+}
+
+// (H, W, 4) CMYK as libjpeg hands it (YCCK already turned into CMYK) to (H, W, channels) RGB or
+// gray, exactly as Pillow does: it reads CMYK JPEGs as Adobe-inverted ("CMYK;I") and converts
+// with R = (255 - K) - (255 - K) * C / 255 per channel, gray from RGB with L = 0.299 R + 0.587 G
+// + 0.114 B in 16-bit fixed point.
+at::Tensor cmyk_to_rgb(const at::Tensor& cmyk, int64_t channels) {
+  const int64_t h = cmyk.size(0), w = cmyk.size(1);
+  at::Tensor out = at::empty({h, w, channels}, at::kByte);  // (H, W, channels)
+  const uint8_t* src = cmyk.data_ptr<uint8_t>();
+  uint8_t* dst = out.data_ptr<uint8_t>();
+  for (int64_t i = 0; i < h * w; ++i, src += 4, dst += channels) {
+    const int nk = src[3];  // 255 - K with K = 255 - raw
+    int rgb[3];
+    for (int c = 0; c < 3; ++c) rgb[c] = std::clamp(nk - muldiv255(255 - src[c], nk), 0, 255);
+    if (channels == 3) {
+      for (int c = 0; c < 3; ++c) dst[c] = static_cast<uint8_t>(rgb[c]);
+    } else {
+      dst[0] = static_cast<uint8_t>((rgb[0] * 19595 + rgb[1] * 38470 + rgb[2] * 7471 + 0x8000) >> 16);
+    }
   }
+  return out;
 }
 
 J_COLOR_SPACE jpeg_out_space(const JpegSession& s, int channels, const std::string& name) {
@@ -146,6 +173,7 @@ J_COLOR_SPACE jpeg_out_space(const JpegSession& s, int channels, const std::stri
     throw DataError("cannot decode image '" + name + "': channels must be 0, 1 or 3, got " +
                     std::to_string(channels));
   }
+  if (is_cmyk(s)) return JCS_CMYK;  // converted after decoding (cmyk_to_rgb)
   bool gray = s.cinfo.jpeg_color_space == JCS_GRAYSCALE;
   if (channels == 0) channels = gray ? 1 : 3;
   return channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
@@ -169,6 +197,7 @@ at::Tensor decode_jpeg(const uint8_t* data, size_t size, const std::string& name
                       static_cast<JDIMENSION>(h))) {
     throw_decode_error(name, "JPEG", s.err.message);
   }
+  if (s.cinfo.out_color_space == JCS_CMYK) hwc = cmyk_to_rgb(hwc, channels == 1 ? 1 : 3);
   return to_layout(hwc, layout);
 }
 
@@ -320,7 +349,7 @@ ImageInfo read_image_info(const uint8_t* data, size_t size, const std::string& n
     jpeg_open_or_throw(s, data, size, name);
     info.height = s.cinfo.image_height;
     info.width = s.cinfo.image_width;
-    info.channels = s.cinfo.jpeg_color_space == JCS_GRAYSCALE ? 1 : 3;
+    info.channels = s.cinfo.jpeg_color_space == JCS_GRAYSCALE ? 1 : 3;  // CMYK decodes to RGB
   } else if (is_png(data, size)) {
     PngSession s;
     png_create_or_throw(s, data, size, name);
@@ -398,6 +427,7 @@ JpegRegion decode_jpeg_region(const uint8_t* data, size_t size, const std::strin
                       static_cast<JDIMENSION>(rows))) {
     throw_decode_error(name, "JPEG", s.err.message);
   }
+  if (s.cinfo.out_color_space == JCS_CMYK) hwc = cmyk_to_rgb(hwc, channels == 1 ? 1 : 3);
   JpegRegion region;
   region.image = hwc.permute({2, 0, 1});  // a view: resize reads the (h, w, C) buffer in place
   region.rect = rect;

@@ -28,6 +28,10 @@ class ImageFolderDataset : public Dataset {
   /// DataError naming the file when it cannot be decoded.
   Sample get(int64_t index, Rng& rng) const override;
   std::string describe() const override;
+  /// The last class id: the number of class folders - 1.
+  std::optional<int64_t> max_target_id() const override {
+    return static_cast<int64_t>(classes_.size()) - 1;
+  }
 
   const std::vector<std::string>& classes() const { return classes_; }
   const std::string& file(int64_t index) const { return files_.at(index); }

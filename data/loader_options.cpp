@@ -21,6 +21,7 @@ DataLoaderOptions make_loader_options(const DataOptions& data, LoaderRole role,
       .pin_memory(data.pin_memory && placement.device.is_cuda())
       .prefetch_factor(data.prefetch_factor)
       .timeout(data.timeout)
+      .stall_warning_s(data.stall_warning_s)
       .seed(placement.seed)
       .rank(placement.rank)
       .world_size(placement.world_size)

@@ -68,7 +68,13 @@ std::optional<Batch> Prefetcher::next() {
   for (auto& [key, tensor] : current.device) tensor.record_stream(compute);
   Batch out = current.device;
   retire(std::move(current));
-  staged_ = stage(&wait);  // batch N+1: its copy overlaps the caller's step N
+  try {
+    staged_ = stage(&wait);  // batch N+1: its copy overlaps the caller's step N
+  } catch (const StopRequested&) {
+    // Batch N is here: hand it out. The next call stages N+1 afresh and, if the stop still
+    // stands, raises it before anything is consumed.
+    primed_ = false;
+  }
   last_wait_seconds_ = wait;
   return out;
 }

@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 
@@ -144,6 +145,18 @@ TokenFileDataset::TokenFileDataset(const std::string& path, int64_t block_size, 
 int64_t TokenFileDataset::size() const {
   return windows_ == TokenWindows::kRandom ? num_tokens_ / block_size_
                                            : (num_tokens_ - 1) / block_size_;
+}
+
+std::optional<int64_t> TokenFileDataset::max_target_id() const {
+  const auto largest = [](const auto* p, int64_t n) {
+    int64_t m = 0;
+    for (int64_t i = 0; i < n; ++i) m = std::max<int64_t>(m, p[i]);
+    return m;
+  };
+  if (dtype_ == TokenDtype::kUint16) {
+    return largest(reinterpret_cast<const uint16_t*>(file_->data), num_tokens_);
+  }
+  return largest(reinterpret_cast<const uint32_t*>(file_->data), num_tokens_);
 }
 
 at::Tensor TokenFileDataset::slice(int64_t start, int64_t count) const {

@@ -84,6 +84,19 @@ TEST(CsvDatasetTest, RaggedRowAndFractionalLabelAreErrors) {
   fs::remove(fractional);
 }
 
+TEST(CsvDatasetTest, NonFiniteCellsAndNegativeLabelsNameFileLineColumn) {
+  const std::string path = write_temp("nan.csv", "a,b,label\n1,2,0\n3,nan,1\n");
+  std::string message = data_error_of(path);
+  EXPECT_NE(message.find(path + ":3:3: 'nan' is not a finite number"), std::string::npos) << message;
+  const std::string inf = write_temp("inf.csv", "a,b,label\n-inf,2,0\n");
+  message = data_error_of(inf);
+  EXPECT_NE(message.find(inf + ":2:1"), std::string::npos) << message;
+  const std::string negative = write_temp("neg.csv", "1,2,-1\n");
+  message = data_error_of(negative, -1, false);
+  EXPECT_NE(message.find(negative + ":1:5: label '-1' is negative"), std::string::npos) << message;
+  for (const auto& p : {path, inf, negative}) fs::remove(p);
+}
+
 TEST(CsvDatasetTest, MissingFileNamesPath) {
   const std::string message = data_error_of("/nonexistent/brrr.csv");
   EXPECT_NE(message.find("/nonexistent/brrr.csv"), std::string::npos) << message;

@@ -4,7 +4,9 @@
 #include <signal.h>
 #include <torch/torch.h>
 
+#include <atomic>
 #include <chrono>
+#include <thread>
 
 #include "core/error.h"
 #include "core/rng.h"
@@ -251,6 +253,49 @@ TEST(DataLoaderTest, TimeoutBoundsTheWaitForOneBatch) {
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2.5);
   EXPECT_TRUE(contains(message, "no batch from worker 0 within 0.1 s (timeout)")) << message;
   EXPECT_TRUE(child_pids().empty());
+}
+
+TEST(DataLoaderTest, AStopRequestEndsTheWaitAndTheLoaderStaysUsable) {
+  // Each sample takes 300 ms: a stop asked for after 100 ms ends the wait within a poll.
+  auto ds = std::make_shared<testing::SleepingDataset>(8, 300);
+  std::atomic<bool> stop{false};
+  DataLoader loader(ds, DataLoaderOptions().batch_size(2).num_workers(2).stop_requested(
+                            [&] { return stop.load(); }));
+  std::thread asker([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    stop = true;
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_THROW(loader.next(), StopRequested);
+  asker.join();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 0.5);
+  // Nothing was lost: with the stop withdrawn, the epoch continues from batch 0.
+  stop = false;
+  int64_t batches = 0;
+  while (loader.next()) ++batches;
+  EXPECT_EQ(batches, 4);
+}
+
+TEST(DataLoaderTest, ALongWaitNamesTheBatchTheWorkerAndItsState) {
+  auto ds = std::make_shared<testing::SleepingDataset>(8, 20);
+  DataLoader loader(ds, DataLoaderOptions().batch_size(2).num_workers(2).stall_warning_s(0.3));
+  ASSERT_TRUE(loader.next().has_value());  // workers are up
+  const std::vector<pid_t> workers = child_pids();
+  ASSERT_EQ(workers.size(), 2u);
+  for (pid_t pid : workers) kill(pid, SIGSTOP);
+  std::thread resumer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(800));
+    for (pid_t pid : workers) kill(pid, SIGCONT);
+  });
+  ::testing::internal::CaptureStderr();
+  // Batch 1 may already be in the ring; batch 2 or 3 waits for a stopped worker.
+  while (loader.next()) {
+  }
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  resumer.join();
+  EXPECT_TRUE(contains(err, "data loader: waited ")) << err;
+  EXPECT_TRUE(contains(err, " of epoch 0 from worker ")) << err;
+  EXPECT_TRUE(contains(err, "stopped (SIGSTOP/SIGTSTP; SIGCONT resumes it)")) << err;
 }
 
 TEST(DataLoaderTest, DestructorMidEpochLeavesNothingBehind) {

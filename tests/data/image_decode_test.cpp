@@ -76,6 +76,26 @@ TEST(ImageDecodeTest, JpegMatchesPillowDecode) {
   }
 }
 
+TEST(ImageDecodeTest, CmykJpegDecodesToPillowsRgb) {
+  // Pillow reads CMYK JPEGs (Adobe-inverted) and converts them to RGB; brrr gives the same pixels
+  // instead of refusing the file, also through the region decoder and as gray.
+  at::Tensor want = expected_tensor("cmyk.jpg");  // (H, W, 3)
+  at::Tensor got = decode_image_file(golden("cmyk.jpg"), 0, ImageLayout::kHWC);
+  ASSERT_EQ(got.sizes(), want.sizes());
+  EXPECT_EQ(max_abs_diff(got, want), 0);
+  at::Tensor gray = decode_image_file(golden("cmyk.jpg"), 1, ImageLayout::kHWC);
+  EXPECT_EQ(max_abs_diff(gray, expected_tensor("cmyk_gray.jpg")), 0);
+  const std::string jpg = bytes_of("cmyk.jpg");
+  EXPECT_EQ(read_image_info(u8(jpg), jpg.size(), "cmyk.jpg").channels, 3);
+  const JpegRegion region =
+      decode_jpeg_region(u8(jpg), jpg.size(), "cmyk.jpg", CropRect{8, 16, 32, 48}, 32, 48, 3);
+  ASSERT_EQ(region.scale_num, 8);
+  const at::Tensor crop = region.image.permute({1, 2, 0});  // (h, w, 3) from origin_top/left
+  const int64_t top = 8 - region.origin_top, left = 16 - region.origin_left;
+  EXPECT_TRUE(crop.slice(0, top, top + 32).slice(1, left, left + 48).equal(
+      want.slice(0, 8, 40).slice(1, 16, 64)));
+}
+
 TEST(ImageDecodeTest, ForcedChannelsAndChwLayout) {
   at::Tensor gray = expected_tensor("gray8.png");  // (H, W, 1)
   at::Tensor rgb = decode_image_file(golden("gray8.png"), 3, ImageLayout::kCHW);

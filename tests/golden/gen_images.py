@@ -93,6 +93,10 @@ def _jpegs(d: pathlib.Path, expected: dict) -> None:
     # A larger source for the region-decode tests (odd size: partial iMCUs at both edges).
     Image.fromarray(_smooth_rgb(333, 501, 2)).save(d / "large420.jpg", quality=92)
     Image.fromarray(_smooth_rgb(301, 257, 3)).save(d / "large444.jpg", quality=92, subsampling=0)
+    # CMYK (Pillow writes Adobe-inverted CMYK); Pillow's RGB of it is the reference.
+    img.convert("CMYK").save(d / "cmyk.jpg", quality=90)
+    expected["cmyk.jpg"] = np.asarray(Image.open(d / "cmyk.jpg").convert("RGB"))
+    expected["cmyk_gray.jpg"] = np.asarray(Image.open(d / "cmyk.jpg").convert("RGB").convert("L"))[..., None]
     for name in list(files) + ["gray.jpg"]:
         arr = np.asarray(Image.open(d / name))
         expected[name] = arr if arr.ndim == 3 else arr[..., None]
