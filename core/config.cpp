@@ -256,6 +256,14 @@ void Validator::run() const {
   check_normalisation("data", c_.data);
   check_normalisation("data.val", c_.data.val);
 
+  const std::string& name = c_.run.name;
+  require(name.find('/') == std::string::npos && name != "." && name != ".." &&
+              name.find('\0') == std::string::npos,
+          "run.name",
+          fmt::format("must be a single folder name (no '/', not '.' or '..'), got '{}'", name));
+  require(c_.model.name != "convnet" || !c_.model.channels.empty(), "model.channels",
+          "convnet needs at least one block width, got []");
+
   require(c_.model.n_embd % c_.model.n_head == 0, "model.n_embd",
           fmt::format("must be a multiple of model.n_head ({}), got {}", c_.model.n_head,
                       c_.model.n_embd),
@@ -288,6 +296,10 @@ ExperimentConfig parse_text(const std::string& text, const std::string& name,
   for (const auto& assignment : overrides) loader.apply_override(assignment);
   loader.resolve();
   Validator(loader.config, &loader.set_at, name).run();
+  for (const auto& [key, where] : loader.set_at) {
+    loader.config.origins[key] =
+        where.assignment.empty() ? where.position() : "--set " + where.assignment;
+  }
   return loader.config;
 }
 
@@ -320,6 +332,17 @@ void apply_override(ExperimentConfig& config, const std::string& assignment) {
   loader.config = config;
   loader.apply_override(assignment);  // type and per-key rules are checked as it is written
   config = std::move(loader.config);
+}
+
+std::string config_message(const ExperimentConfig& config, const std::string& key,
+                           const std::string& what) {
+  const auto it = config.origins.find(key);
+  if (it == config.origins.end() || it->second.empty()) {
+    if (config.source_path.empty()) return fmt::format("{}: {}", key, what);
+    return fmt::format("{}: {} (the default; set it in {})", key, what, config.source_path);
+  }
+  if (it->second.rfind("--set ", 0) == 0) return fmt::format("{}: {}: {}", it->second, key, what);
+  return fmt::format("{} at {}: {}", key, it->second, what);
 }
 
 void validate(const ExperimentConfig& config) {

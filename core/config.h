@@ -7,6 +7,7 @@
 // Add a field here => add it there, or the round-trip test fails.
 #include <cstdint>
 #include <optional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,12 @@ struct RunOptions {
   std::string device = "auto";
   /// Intra-op CPU threads of the trainer process; 0 = libtorch's default (all cores).
   int64_t num_threads = 0;
+  /// Starting afresh in a run directory that already holds a run replaces that run (its
+  /// metrics, events and checkpoints) instead of refusing.
+  bool overwrite = false;
+  /// Resuming with a different data.batch_size than the checkpoint's is an error (else a
+  /// warning: the data position is then approximate, to within one batch).
+  bool strict_resume = false;
 };
 
 /// `model:` — which model and its hyper-parameters (fields not used by a model are ignored by it).
@@ -131,6 +138,9 @@ struct DataOptions : DatasetOptions {
   bool drop_last = true;
   /// Seconds to wait for one batch before failing; 0 = wait forever (dead workers are still detected).
   double timeout = 0.0;
+  /// A wait for one batch longer than this logs which batch and which worker (pid, process
+  /// state) it waits for; 0 = never.
+  double stall_warning_s = 30.0;
   /// Validation data; `val.dataset` empty = no evaluation. Unset loader fields follow `data:`.
   DatasetOptions val;
 };
@@ -241,7 +251,16 @@ struct ExperimentConfig {
   TrainOptions train;
   /// The file it was loaded from ("" when built in code).
   std::string source_path;
+  /// Where each key was set: "exp.yaml:4:14" or "--set data.batch_size=64" (keys left at their
+  /// default are absent). For errors found after loading, when a value meets the data.
+  std::map<std::string, std::string> origins;
 };
+
+/// A ConfigError message about `key` of `config`, found after loading (e.g. a value that the
+/// data contradicts): "data.batch_size at exp.yaml:4:14: <what>", the --set form, or, for a key
+/// left at its default, "<key>: <what> (the default; set it in <file>)".
+std::string config_message(const ExperimentConfig& config, const std::string& key,
+                           const std::string& what);
 
 /// Loads `path` (following `base:` chains), applies `overrides` ("a.b=value", YAML-typed values),
 /// validates, resolves dependent defaults. Throws ConfigError naming key, file:line:column.

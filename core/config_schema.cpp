@@ -72,6 +72,10 @@ std::vector<Field> make_config_fields() {
       BRRR_CFG(run.seed, R.ge(0), "Seed of init, sample order, augmentation and dropout."),
       BRRR_CFG(run.device, R.device_name(), "auto, cpu, cuda or cuda:N."),
       BRRR_CFG(run.num_threads, R.ge(0), "Intra-op CPU threads; 0 = libtorch's default."),
+      BRRR_CFG(run.overwrite, R,
+               "Starting afresh replaces an earlier run in the run directory (else refused)."),
+      BRRR_CFG(run.strict_resume, R,
+               "Resuming with another data.batch_size than the checkpoint's is an error."),
 
       BRRR_CFG(model.name, R.must_be_set(),
                "Registry name: mlp, convnet, resnet18, resnet50, gpt."),
@@ -105,6 +109,8 @@ std::vector<Field> make_config_fields() {
       BRRR_CFG(data.shuffle, R, "Reshuffle every epoch."),
       BRRR_CFG(data.drop_last, R, "Drop the last incomplete batch."),
       BRRR_CFG(data.timeout, R.ge(0), "Seconds to wait for a batch; 0 = forever."),
+      BRRR_CFG(data.stall_warning_s, R.ge(0),
+               "A longer wait for a batch logs the batch and worker it waits for; 0 = never."),
       BRRR_DATASET_FIELDS(data.val, R, R.inherit()),
 
       BRRR_CFG(optim.name, R.one_of({"sgd", "adam", "adamw"}), "Optimizer."),
@@ -310,6 +316,7 @@ void check_value(const Field& field, const void* value, const std::string& key,
     }
     case Kind::kDouble: {
       const double v = *static_cast<const double*>(value);
+      if (!std::isfinite(v)) fail(where, key, fmt::format("must be a finite number, got {}", format_double(v)));
       check_number(r, v, format_double(v), key, where);
       break;
     }
@@ -344,7 +351,11 @@ void check_value(const Field& field, const void* value, const std::string& key,
     case Kind::kDoubleList: {
       const auto& v = *static_cast<const std::vector<double>*>(value);
       for (size_t i = 0; i < v.size(); ++i) {
-        check_number(r, v[i], format_double(v[i]), fmt::format("{}[{}]", key, i), where);
+        const std::string item = fmt::format("{}[{}]", key, i);
+        if (!std::isfinite(v[i])) {
+          fail(where, item, fmt::format("must be a finite number, got {}", format_double(v[i])));
+        }
+        check_number(r, v[i], format_double(v[i]), item, where);
       }
       break;
     }

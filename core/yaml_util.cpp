@@ -59,9 +59,24 @@ std::string Where::unknown_key(const std::string& key, const std::string& tail) 
 }
 
 std::string read_text_file(const std::string& path, const std::string& what) {
+  // A config is a small regular file: a device (/dev/zero), a FIFO or a huge file would hang
+  // the reader or eat the memory.
+  constexpr std::uintmax_t kMaxBytes = 16u << 20;
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
+  const auto status = std::filesystem::status(path, ec);
+  if (std::filesystem::is_directory(status)) {
     throw ConfigError(fmt::format("cannot read {} '{}': {}", what, path, std::strerror(EISDIR)));
+  }
+  if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
+    throw ConfigError(
+        fmt::format("cannot read {} '{}': not a regular file (a device, FIFO or socket)", what, path));
+  }
+  if (std::filesystem::exists(status)) {
+    const std::uintmax_t size = std::filesystem::file_size(path, ec);
+    if (!ec && size > kMaxBytes) {
+      throw ConfigError(fmt::format("cannot read {} '{}': {} bytes is not a config (the limit is {} MiB)",
+                                    what, path, size, kMaxBytes >> 20));
+    }
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
@@ -156,7 +171,13 @@ int64_t decode_int(const Rules& rules, const YAML::Node& node, const std::string
   if (node.IsScalar()) {
     if (rules.auto_value && node.Scalar() == "auto") return *rules.auto_value;
     int64_t v = 0;
-    if (YAML::convert<int64_t>::decode(node, v)) return v;
+    if (YAML::convert<int64_t>::decode(node, v)) {
+      // `auto` is stored as a number; that number written out is not a way to say auto.
+      if (rules.auto_value && v == *rules.auto_value) {
+        fail(where, key, fmt::format("{} is not a valid value; write auto to have it chosen", v));
+      }
+      return v;
+    }
   }
   fail(where, key,
        fmt::format("expected an integer{}, got {}", rules.auto_value ? " or 'auto'" : "",

@@ -112,7 +112,7 @@ TEST(ConfigTest, UnknownKeyNamesFileLineColumnAndNearestKey) {
   // Nothing close: the valid keys are listed.
   expect_contains(parse_error(kMinimal + "run:\n  colour: red\n"),
                   "unknown key 'run.colour' at exp.yaml:6:3 (valid keys in 'run': name, "
-                  "output_dir, seed, device, num_threads)");
+                  "output_dir, seed, device, num_threads, overwrite, strict_resume)");
   EXPECT_EQ(parse_error(kMinimal + "  transforms: [{name: resize, sise: 4}]\n"),
             "unknown key 'data.transforms[0].sise' at exp.yaml:5:31; did you mean "
             "'data.transforms[0].size'?");
@@ -133,7 +133,7 @@ TEST(ConfigTest, WrongTypeNamesKeyPositionAndValue) {
             "optim.betas[1] at exp.yaml:6:16: expected a number, got 'x'");
   EXPECT_EQ(parse_error(kMinimal + "run: 5\n"),
             "run at exp.yaml:5:6: expected a section of keys (name, output_dir, seed, device, "
-            "num_threads), got '5'");
+            "num_threads, overwrite, strict_resume), got '5'");
   EXPECT_EQ(parse_error(kMinimal + "train:\n  max_steps:\n"),
             "train.max_steps at exp.yaml:6:3: expected an integer, got nothing (null)");
 }
@@ -459,6 +459,34 @@ TEST(ConfigTest, EveryShippedExperimentLoadsAndRoundTrips) {
     ++loaded;
   }
   EXPECT_GT(loaded, 0u);
+}
+
+TEST(ConfigTest, ValuesThatCannotWorkAreRejectedWithTheirPlace) {
+  // Every float is finite.
+  EXPECT_EQ(parse_error(kMinimal + "optim:\n  lr: .inf\n"),
+            "optim.lr at exp.yaml:6:7: must be a finite number, got .inf");
+  expect_contains(parse_error(kMinimal + "optim:\n  betas: [0.9, .nan]\n"),
+                  "optim.betas[1] at exp.yaml:6:10: must be a finite number");
+  // `auto` is spelled auto: the number it is stored as is not a value.
+  EXPECT_EQ(parse_error(kMinimal + "  batch_size: 0\n"),
+            "data.batch_size at exp.yaml:5:15: 0 is not a valid value; write auto to have it chosen");
+  expect_contains(parse_error(kMinimal + "  num_workers: -1\n"), "data.num_workers at exp.yaml:5:16");
+  EXPECT_EQ(parse_config(kMinimal + "  batch_size: auto\n", "exp.yaml").data.batch_size, 0);
+  // Names cannot leave their folder.
+  for (const char* name : {"a/b", "..", "."}) {
+    expect_contains(parse_error(kMinimal + "run:\n  name: '" + name + "'\n"),
+                    "run.name at exp.yaml:6:9: must be a single folder name");
+  }
+  EXPECT_EQ(parse_error("model:\n  name: convnet\n  channels: []\ndata:\n  dataset: fashion_mnist\n"),
+            "model.channels at exp.yaml:3:13: convnet needs at least one block width, got []");
+}
+
+TEST(ConfigTest, OriginsLocateKeysForErrorsFoundAfterLoading) {
+  const ExperimentConfig c =
+      parse_config(kMinimal + "  batch_size: 64\n", "exp.yaml", {"train.max_steps=9"});
+  EXPECT_EQ(config_message(c, "data.batch_size", "too big"), "data.batch_size at exp.yaml:5:15: too big");
+  EXPECT_EQ(config_message(c, "train.max_steps", "x"), "--set train.max_steps=9: train.max_steps: x");
+  EXPECT_EQ(config_message(c, "model.num_classes", "x"), "model.num_classes: x");
 }
 
 }  // namespace
