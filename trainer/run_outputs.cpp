@@ -8,6 +8,8 @@
 #include "core/device_info.h"
 #include "core/error.h"
 #include "core/gpu_monitor.h"
+#include "core/log.h"
+#include "core/run_dir_lock.h"
 #include "trainer/observe/doctor.h"
 #include "trainer/observe/jsonl_writer.h"
 #include "trainer/observe/profiler.h"
@@ -18,12 +20,45 @@ namespace brrr {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// The files a run writes at the top of its directory (besides checkpoints/).
+bool is_run_output(const std::string& name) {
+  return name == "metrics.jsonl" || name == "gpu.jsonl" || name == "trace.json" ||
+         name == "config.yaml" || name.rfind("events.out.tfevents.", 0) == 0;
+}
+
+// What of a run `run_dir` holds, for messages ("" when nothing).
+std::string describe_run(const std::string& run_dir, const CheckpointStore& checkpoints) {
+  std::vector<std::string> parts;
+  std::error_code ec;
+  if (fs::file_size(fs::path(run_dir) / "metrics.jsonl", ec) > 0 && !ec) parts.push_back("metrics.jsonl");
+  int64_t events = 0;
+  for (const auto& entry : fs::directory_iterator(run_dir, ec)) {
+    if (entry.path().filename().string().rfind("events.out.tfevents.", 0) == 0) ++events;
+  }
+  if (events > 0) parts.push_back(fmt::format("{} TensorBoard event file(s)", events));
+  const auto steps = checkpoints.list();
+  if (!steps.empty()) {
+    parts.push_back(fmt::format("checkpoints up to step {}", steps.back().step));
+  }
+  if (checkpoints.best()) parts.push_back("best.pt");
+  std::string out;
+  for (const auto& p : parts) out += (out.empty() ? "" : ", ") + p;
+  return out;
+}
+
+}  // namespace
+
 RunOutputs::RunOutputs(RunOutputsOptions options, const std::string& config_yaml)
     : options_(std::move(options)), start_(std::chrono::steady_clock::now()) {
+  if (options_.write) lock_ = std::make_unique<RunDirLock>(options_.run_dir);
+  // Read-only until the start is decided, so that a refused run changes nothing on disk.
   checkpoints_ = std::make_unique<CheckpointStore>(options_.run_dir, options_.keep_checkpoints,
-                                                   options_.write);
+                                                   /*writable=*/false);
+  resolve_start();
   if (!options_.write) return;
-  fs::create_directories(options_.run_dir);
+  checkpoints_ = std::make_unique<CheckpointStore>(options_.run_dir, options_.keep_checkpoints);
   {
     const fs::path path = fs::path(options_.run_dir) / "config.yaml";
     std::ofstream out(path);
@@ -35,6 +70,105 @@ RunOutputs::RunOutputs(RunOutputsOptions options, const std::string& config_yaml
 }
 
 RunOutputs::~RunOutputs() = default;
+
+void RunOutputs::resolve_start() {
+  const std::string& resume = options_.resume;
+  const std::string earlier = describe_run(options_.run_dir, *checkpoints_);
+  if (resume == "auto") {
+    if (auto latest = checkpoints_->latest()) {
+      resume_checkpoint_ = std::move(latest);
+      return;
+    }
+    const auto files = checkpoints_->list();
+    if (!files.empty()) {
+      throw CheckpointError(fmt::format(
+          "--resume auto: none of the {} checkpoints in '{}' is valid (each is named above with "
+          "what is wrong); resume from a file with --resume PATH, or start afresh under another "
+          "run.name",
+          files.size(), checkpoints_->dir()));
+    }
+    if (earlier.empty()) {
+      log::info("--resume auto: '{}' holds no checkpoint yet; starting afresh", options_.run_dir);
+    } else {
+      // The earlier run never wrote a checkpoint: nothing can continue it, and its records
+      // would interleave with this run's.
+      log::warn("--resume auto: '{}' holds no checkpoint ({} without one); starting afresh and "
+                "replacing that earlier run's outputs",
+                options_.run_dir, earlier);
+      if (options_.write) remove_earlier_run();
+    }
+    return;
+  }
+  if (!resume.empty()) {
+    if (!fs::is_regular_file(resume)) {  // names a directory or a missing file as such
+      CheckpointStore::load(resume, [](torch::serialize::InputArchive&) {});
+    }
+    // Continuing this run from one of its own checkpoints is one lineage only if no later step
+    // checkpoint exists: the resumed run would write over those.
+    const fs::path own_dir = fs::weakly_canonical(checkpoints_->dir());
+    const fs::path file = fs::weakly_canonical(resume);
+    if (file.parent_path() == own_dir) {
+      int64_t from_step = -1;
+      for (const auto& f : checkpoints_->list()) {
+        if (fs::weakly_canonical(f.path) == file) from_step = f.step;
+      }
+      const auto files = checkpoints_->list();
+      if (from_step >= 0 && !files.empty() && files.back().step > from_step) {
+        if (options_.overwrite) {
+          log::warn("run.overwrite: resuming '{}' from step {} deletes its later checkpoints (up "
+                    "to step {})",
+                    options_.run_dir, from_step, files.back().step);
+          for (const auto& f : files) {
+            std::error_code rm;
+            if (f.step > from_step && options_.write) fs::remove(f.path, rm);
+          }
+          resume_checkpoint_ = resume;
+          return;
+        }
+        throw RunDirError(fmt::format(
+            "--resume {}: run '{}' has checkpoints after step {} (up to step {}) that the resumed "
+            "run would overwrite; resume into a new run (--set run.name=...) or with "
+            "run.overwrite: true to drop the later ones",
+            resume, options_.run_dir, from_step, files.back().step));
+      }
+      resume_checkpoint_ = resume;
+      return;
+    }
+    resume_checkpoint_ = resume;  // another run's checkpoint starts this one: the rules below
+  }
+  if (earlier.empty()) return;
+  if (!options_.overwrite) {
+    throw RunDirError(fmt::format(
+        "run directory '{}' already holds a run ({}); continue it with --resume auto, replace it "
+        "with run.overwrite: true, or choose another run.name",
+        options_.run_dir, earlier));
+  }
+  log::warn("run.overwrite: replacing the earlier run in '{}' ({})", options_.run_dir, earlier);
+  if (options_.write) remove_earlier_run();
+}
+
+void RunOutputs::remove_earlier_run() const {
+  // File by file (checkpoints/ is flat), not std::filesystem::remove_all: see tests/test_fs.h
+  // for why brrr's code does not call it.
+  std::vector<fs::path> doomed;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(checkpoints_->dir(), ec)) {
+    if (entry.is_regular_file()) doomed.push_back(entry.path());
+  }
+  for (const auto& entry : fs::directory_iterator(options_.run_dir, ec)) {
+    if (entry.is_regular_file() && is_run_output(entry.path().filename().string())) {
+      doomed.push_back(entry.path());
+    }
+  }
+  for (const fs::path& path : doomed) {
+    std::error_code rm;
+    fs::remove(path, rm);
+    if (rm) {
+      throw Error(fmt::format("cannot remove the earlier run's '{}': {}", path.string(),
+                              rm.message()));
+    }
+  }
+}
 
 void RunOutputs::begin(int64_t start_step) {
   start_ = std::chrono::steady_clock::now();

@@ -7,6 +7,11 @@
 // Invariant: with `write` off (a data-parallel rank other than 0, or a test) it writes nothing —
 // no file, no directory, no console line — while still keeping the records in memory and reading
 // checkpoints, so the code that calls it never asks which rank it is on.
+//
+// Invariant: two trainers never write one run directory (an exclusive lock, held for the life of
+// the RunOutputs), and a run never writes over another run's files: starting afresh in a
+// directory that holds a run is refused unless `overwrite` replaces it, and a resume continues
+// exactly one lineage of checkpoints.
 #include <c10/core/Device.h>
 
 #include <chrono>
@@ -31,6 +36,7 @@ class CheckpointStore;
 class GpuMonitor;
 class JsonlWriter;
 class ProgressLine;
+class RunDirLock;
 class TensorBoardWriter;
 class TraceRecorder;
 struct ProgressStats;
@@ -47,6 +53,11 @@ struct RunOutputsOptions {
   int64_t keep_checkpoints = 3;
   /// train.profile: the window of steps traced to trace.json.
   ProfileOptions profile;
+  /// "" starts afresh, "auto" continues from the run's newest valid checkpoint, anything else
+  /// is a checkpoint file to start from (see resume_checkpoint()).
+  std::string resume;
+  /// run.overwrite: starting afresh replaces an earlier run in run_dir instead of refusing.
+  bool overwrite = false;
 };
 
 /// What the summary record says about the run beyond its records.
@@ -69,8 +80,11 @@ struct RunFacts {
 
 class RunOutputs {
  public:
-  /// Creates the run directory, writes config.yaml (`config_yaml`), opens the writers and the
-  /// checkpoint store. Throws Error naming a path that cannot be written.
+  /// Creates and locks the run directory, decides where the run starts (options.resume), writes
+  /// config.yaml (`config_yaml`), opens the writers and the checkpoint store. Throws RunDirError
+  /// when the directory is held by another trainer (naming its pid) or holds a run that this one
+  /// would overwrite, CheckpointError when `resume` names no valid checkpoint, Error naming a
+  /// path that cannot be written.
   RunOutputs(RunOutputsOptions options, const std::string& config_yaml);
   ~RunOutputs();
   RunOutputs(const RunOutputs&) = delete;
@@ -95,6 +109,9 @@ class RunOutputs {
   void profile_before_step(int64_t step);
   void profile_after_step(int64_t step_completed);
 
+  /// The checkpoint the run continues from (the resolved options.resume), or nullopt for a run
+  /// that starts afresh.
+  const std::optional<std::string>& resume_checkpoint() const { return resume_checkpoint_; }
   /// The run's checkpoints (read-only when not writing).
   const CheckpointStore& checkpoints() const { return *checkpoints_; }
   /// Writes step checkpoint `step` (or best.pt) from `fill`; returns its path, "" when not writing.
@@ -111,8 +128,12 @@ class RunOutputs {
 
  private:
   MetricRecord make_summary(const RunFacts& facts) const;
+  void resolve_start();
+  void remove_earlier_run() const;
 
   RunOutputsOptions options_;
+  std::unique_ptr<RunDirLock> lock_;
+  std::optional<std::string> resume_checkpoint_;
   std::unique_ptr<CheckpointStore> checkpoints_;
   std::unique_ptr<JsonlWriter> jsonl_;
   std::unique_ptr<TensorBoardWriter> tensorboard_;

@@ -2,11 +2,14 @@
 
 #include <fmt/ranges.h>
 
+#include <sched.h>
+
 #include <filesystem>
 
 #include "core/device.h"
 #include "core/device_info.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "core/ops/fused_classifier.h"
 #include "core/ops/image_input.h"
 #include "data/data_loader.h"
@@ -21,6 +24,7 @@
 #include "trainer/optim/lr_schedule.h"
 #include "trainer/optim/optimizer.h"
 #include "trainer/run_outputs.h"
+#include "trainer/signals.h"
 
 namespace brrr {
 
@@ -195,17 +199,56 @@ void Trainer::use_channels_last_if_useful() {
   }
 }
 
+void Trainer::check_target_ids(const Dataset& set, const std::string& key) const {
+  // Only the stock models are known to size their output from these keys.
+  const std::string& model = config_.model.name;
+  const bool lm = model == "gpt";
+  const bool classifier =
+      model == "mlp" || model == "convnet" || model == "resnet18" || model == "resnet50";
+  if (!lm && !classifier) return;
+  const std::optional<int64_t> max_id = set.max_target_id();
+  const int64_t limit = lm ? config_.model.vocab_size : config_.model.num_classes;
+  if (!max_id || *max_id < limit) return;
+  throw ConfigError(config_message(
+      config_, lm ? "model.vocab_size" : "model.num_classes",
+      fmt::format("is {}, but {} ({}) holds {} id {}; set it to at least {}", limit, key,
+                  set.describe(), lm ? "token" : "class", *max_id, *max_id + 1)));
+}
+
+void Trainer::cap_num_workers() {
+  // Far more worker processes than cores only thrash (and each holds its own pipeline); PyTorch
+  // warns, brrr caps.
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  const int64_t cores =
+      sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+  const int64_t cap = std::max<int64_t>(2, 2 * cores);
+  if (config_.data.num_workers <= cap) return;
+  log::warn("{}", config_message(config_, "data.num_workers",
+                                 fmt::format("{} is far beyond this machine's {} usable CPU cores; "
+                                             "using {} worker processes",
+                                             config_.data.num_workers, cores, cap)));
+  config_.data.num_workers = cap;
+}
+
 void Trainer::build_data() {
   train_set_ = build_train_dataset();
   if (!train_set_) throw Error("build_train_dataset() returned null");
   val_set_ = build_val_dataset();
+  check_target_ids(*train_set_, "data");
+  if (val_set_) check_target_ids(*val_set_, "data.val");
+  cap_num_workers();
   auto_tune();
   LoaderPlacement placement;
   placement.device = device_;
   placement.seed = config_.run.seed;
   const DataOptions& d = config_.data;
+  // A stop request (SIGINT/SIGTERM) ends a wait for a batch, so a stuck loader cannot hold the
+  // run past it.
+  const auto stop_requested = [] { return StopSignalGuard::pending() != 0; };
   train_loader_ = std::make_unique<DataLoader>(
-      train_set_, make_loader_options(d, LoaderRole::kTrain, placement));
+      train_set_,
+      make_loader_options(d, LoaderRole::kTrain, placement).stop_requested(stop_requested));
   if (train_loader_->batches_per_epoch() == 0) {
     throw ConfigError(
         fmt::format("data.batch_size: {} with drop_last gives no batch from {} examples ({})",
@@ -213,7 +256,9 @@ void Trainer::build_data() {
   }
   if (val_set_) {
     evaluator_ =
-        std::make_unique<Evaluator>(val_set_, make_loader_options(d, LoaderRole::kEval, placement),
+        std::make_unique<Evaluator>(val_set_,
+                                    make_loader_options(d, LoaderRole::kEval, placement)
+                                        .stop_requested(stop_requested),
                                     precision_, config_.train.eval_steps);
   }
 }

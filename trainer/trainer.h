@@ -62,8 +62,10 @@ class Trainer {
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
-  /// Trains to train.max_steps (or until a callback or signal stops it). `resume`: "" (fresh),
-  /// "auto" (newest checkpoint of this run, if any) or a checkpoint path.
+  /// Trains to train.max_steps (or until a callback or signal stops it). `resume`: "" (fresh;
+  /// refused with RunDirError if the run directory already holds a run, unless run.overwrite),
+  /// "auto" (the newest valid checkpoint of this run; afresh if it never wrote one; an error if
+  /// none of its checkpoints is valid) or a checkpoint path.
   void fit(const std::string& resume = "");
   /// Runs the validation set (train.eval_steps batches, or all) and returns val_* metrics.
   Metrics evaluate();
@@ -122,13 +124,25 @@ class Trainer {
   void probe_step(const Batch& batch);
   /// The next training micro-batch, crossing epoch boundaries (counters_ track the position).
   FetchedBatch next_train_batch();
+  /// ConfigError when `set` holds a class/token id the model has no output for.
+  void check_target_ids(const Dataset& set, const std::string& key) const;
+  /// Caps data.num_workers at twice the usable cores, with a warning.
+  void cap_num_workers();
+  /// One optimizer step; false when a stop request ended it while it waited for data (the state
+  /// is put back to the step's start and checkpointed).
+  bool run_step_or_stop(const StepRunner& runner, const std::function<FetchedBatch()>& next_batch,
+                        WindowAccumulators& window, StepTimer& timer, bool log_after);
   void log_window(WindowAccumulators& window, StepTimer& timer, int64_t syncs);
   /// What the summary record says about this run.
   RunFacts run_facts(int64_t host_syncs, int64_t steps_logged) const;
   void evaluate_and_record();
   void save_state(torch::serialize::OutputArchive& archive);
   void load_state(torch::serialize::InputArchive& archive);
-  void resume_from(const std::string& resume);
+  /// A checkpoint written with another data.batch_size: converts the data position (warning) or,
+  /// with run.strict_resume, refuses.
+  void check_data_position(const std::string& saved_yaml);
+  /// Loads the checkpoint at `path` (model, optimizer, schedule, scaler, RNG, callbacks, counters).
+  void resume_from(const std::string& path);
   /// Calls `event` on every callback, the hooks first: the one dispatch of every event.
   void notify(const std::function<void(Callback&)>& event);
 

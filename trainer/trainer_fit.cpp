@@ -9,6 +9,7 @@
 #include "core/device_info.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/rng_state.h"
 #include "data/data_loader.h"
 #include "data/prefetcher.h"
 #include "models/model.h"
@@ -39,6 +40,8 @@ void Trainer::fit(const std::string& resume) {
   out_options.max_steps = t.max_steps;
   out_options.keep_checkpoints = t.keep_checkpoints;
   out_options.profile = t.profile;
+  out_options.resume = resume;
+  out_options.overwrite = config_.run.overwrite;
   outputs_ = std::make_unique<RunOutputs>(out_options, to_yaml(config_));
   history_.clear();
   stop_reason_.reset();
@@ -48,7 +51,7 @@ void Trainer::fit(const std::string& resume) {
     prefetcher_.reset();
     outputs_.reset();
   });
-  resume_from(resume);
+  if (const auto& from = outputs_->resume_checkpoint()) resume_from(*from);
 
   StopSignalGuard signals;
   SyncCounter syncs;
@@ -81,7 +84,7 @@ void Trainer::fit(const std::string& resume) {
     const bool log_after = due(step + 1, t.log_every) || last;
     outputs_->profile_before_step(step);
     const int64_t examples = window.examples, tokens = window.tokens;
-    runner.run(step, next_batch, window, &timer, log_after);
+    if (!run_step_or_stop(runner, next_batch, window, timer, log_after)) break;
     counters_.examples_seen += window.examples - examples;
     counters_.tokens_seen += window.tokens - tokens;
     counters_.step = step + 1;
@@ -95,7 +98,15 @@ void Trainer::fit(const std::string& resume) {
       steps_logged += window.steps;
       log_window(window, timer, window_syncs);
     }
-    if (evaluator_ && (due(counters_.step, t.eval_every) || last)) evaluate_and_record();
+    if (evaluator_ && (due(counters_.step, t.eval_every) || last)) {
+      try {
+        evaluate_and_record();
+      } catch (const StopRequested& e) {
+        model_->train();
+        request_stop(fmt::format("signal {} received; {} (evaluation skipped)",
+                                 StopSignalGuard::pending(), e.what()));
+      }
+    }
     if (StopSignalGuard::pending() != 0) {
       request_stop(fmt::format("signal {} received", StopSignalGuard::pending()));
     }
@@ -108,6 +119,26 @@ void Trainer::fit(const std::string& resume) {
   }
   outputs_->finish(run_facts(total_syncs, steps_logged));
   notify([this](Callback& cb) { cb.on_train_end(*this); });
+}
+
+bool Trainer::run_step_or_stop(const StepRunner& runner, const StepRunner::BatchSource& next_batch,
+                               WindowAccumulators& window, StepTimer& timer, bool log_after) {
+  // A stop request can end the wait for a micro-batch inside the step. The state is then put
+  // back to where the step began (the parameters are untouched until the optimizer step; the
+  // data position and, with accumulation, the RNG are restored), and that state is checkpointed.
+  const TrainCounters before = counters_;
+  std::optional<RngState> rng_before;
+  if (config_.train.grad_accum_steps > 1) rng_before = capture_rng_state();
+  try {
+    runner.run(counters_.step, next_batch, window, &timer, log_after);
+    return true;
+  } catch (const StopRequested& e) {
+    counters_ = before;
+    if (rng_before) restore_rng_state(*rng_before);
+    request_stop(fmt::format("signal {} received; {}", StopSignalGuard::pending(), e.what()));
+    save_checkpoint();
+    return false;
+  }
 }
 
 RunFacts Trainer::run_facts(int64_t host_syncs, int64_t steps_logged) const {
@@ -178,6 +209,7 @@ void Trainer::log_window(WindowAccumulators& window, StepTimer& timer, int64_t s
   r[metric::kSamplesPerS] = elapsed_s > 0 ? static_cast<double>(window.examples) / elapsed_s : 0;
   r[metric::kTokensPerS] = elapsed_s > 0 ? static_cast<double>(window.tokens) / elapsed_s : 0;
   r[metric::kStepTimeMs] = breakdown.step_ms;
+  r[metric::kWindowSteps] = static_cast<double>(window.steps);
   // The time the device sat idle waiting for data (on CUDA a host wait hidden behind queued GPU
   // work costs nothing and is not counted), and beside it the host's whole wait.
   const double step_ms = breakdown.step_ms;

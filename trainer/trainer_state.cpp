@@ -3,6 +3,8 @@
 // resolved config.
 #include <torch/serialize/archive.h>
 
+#include <algorithm>
+
 #include "core/checkpoint_io.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -84,24 +86,47 @@ void Trainer::load_state(torch::serialize::InputArchive& archive) {
     if (archive.try_read("callback_" + cb->name(), nested)) cb->load(nested);
   }
   counters_.load(archive);
+  c10::IValue saved_config;
+  if (archive.try_read("config", saved_config) && saved_config.isString()) {
+    check_data_position(saved_config.toStringRef());
+  }
 }
 
-void Trainer::resume_from(const std::string& resume) {
-  if (resume.empty()) return;
-  std::string path = resume;
-  if (resume == "auto") {
-    const auto latest = outputs_->checkpoints().latest();
-    if (!latest) {
-      log::info("--resume auto: no checkpoint in {}/checkpoints, starting fresh", run_dir_);
-      return;
-    }
-    path = *latest;
+void Trainer::check_data_position(const std::string& saved_yaml) {
+  int64_t saved_batch = 0;
+  try {
+    saved_batch = parse_config(saved_yaml, "<the checkpoint's config>").data.batch_size;
+  } catch (const ConfigError& e) {  // written by a brrr with other keys: nothing to compare
+    log::debug("not comparing with the checkpoint's config: {}", e.what());
+    return;
   }
+  const int64_t batch = config_.data.batch_size;
+  if (saved_batch <= 0 || batch <= 0 || saved_batch == batch) return;
+  // The sample order of an epoch depends on (seed, epoch) only, so the position carries over
+  // in examples; it is exact only when the examples consumed divide by the new batch size.
+  const int64_t examples = counters_.batches_in_epoch * saved_batch;
+  const std::string what = fmt::format(
+      "the checkpoint was written with batch size {}, this run uses {}: its data position "
+      "(batch {} of epoch {}, {} examples in) becomes batch {}, approximate to within one batch",
+      saved_batch, batch, counters_.batches_in_epoch, counters_.epoch, examples, examples / batch);
+  if (config_.run.strict_resume) {
+    throw ConfigError(config_message(config_, "data.batch_size", what + " (run.strict_resume)"));
+  }
+  log::warn("resume: {}", what);
+  counters_.batches_in_epoch = examples / batch;
+}
+
+void Trainer::resume_from(const std::string& path) {
   CheckpointStore::load(path,
                         [this](torch::serialize::InputArchive& archive) { load_state(archive); });
   last_checkpoint_ = path;
-  log::info("resumed from {} at step {} (epoch {}, batch {})", path, counters_.step,
-            counters_.epoch, counters_.batches_in_epoch);
+  const int64_t every = config_.train.log_every;
+  const int64_t first_window =
+      std::min(every - counters_.step % every, config_.train.max_steps - counters_.step);
+  log::info("resumed from {} at step {} (epoch {}, batch {}); the first logging window averages "
+            "{} step{} ({}..{})",
+            path, counters_.step, counters_.epoch, counters_.batches_in_epoch, first_window,
+            first_window == 1 ? "" : "s", counters_.step + 1, counters_.step + first_window);
 }
 
 }  // namespace brrr

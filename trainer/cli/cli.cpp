@@ -1,8 +1,11 @@
 #include "trainer/cli/cli.h"
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+
+#include <c10/util/Exception.h>
 
 #include "core/build_info.h"
 #include "core/config.h"
@@ -17,6 +20,15 @@ namespace brrr {
 namespace {
 
 namespace fs = std::filesystem;
+
+bool debug_requested() {
+  const char* v = std::getenv("BRRR_DEBUG");
+  return v != nullptr && *v != '\0' && std::string(v) != "0";
+}
+
+std::string first_line(const std::string& text) {
+  return text.substr(0, text.find('\n'));
+}
 
 struct Args {
   std::string config;
@@ -124,8 +136,9 @@ FILE may also name a config built into the binary: quickstart.
   report               plots and a summary of finished runs (two runs are overlaid: baseline vs tuned)
   --help-config        every configuration key with its type, default and meaning
 
-Exit status: 0 success, 2 usage or configuration error, 1 failure while running,
-128+N stopped by signal N after saving a checkpoint.
+Exit status: 0 success, 2 usage or configuration error (or a run directory in use or holding
+a run), 1 failure while running, 128+N stopped by signal N after saving a checkpoint.
+BRRR_DEBUG=1 prints libtorch's C++ stack trace with an error from libtorch.
 )";
 }
 
@@ -152,6 +165,18 @@ int run_cli(const std::vector<std::string>& args) {
   } catch (const UsageError& e) {
     log::error("{}", e.what());
     return 2;
+  } catch (const RunDirError& e) {
+    log::error("{}", e.what());
+    return 2;
+  } catch (const c10::Error& e) {
+    // libtorch's message carries a C++ stack trace: one line for the user, the trace on request.
+    if (debug_requested()) {
+      log::error("{}", e.what());
+    } else {
+      log::error("{} (set BRRR_DEBUG=1 for libtorch's stack trace)",
+                 first_line(e.what_without_backtrace()));
+    }
+    return 1;
   } catch (const std::exception& e) {
     log::error("{}", e.what());
     return 1;

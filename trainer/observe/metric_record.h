@@ -74,6 +74,7 @@ inline constexpr const char kGradNorm[] = "grad_norm";
 inline constexpr const char kSamplesPerS[] = "samples_per_s";
 inline constexpr const char kTokensPerS[] = "tokens_per_s";
 inline constexpr const char kStepTimeMs[] = "step_time_ms";
+inline constexpr const char kWindowSteps[] = "window_steps";
 inline constexpr const char kDataWaitPct[] = "data_wait_pct";
 inline constexpr const char kHostDataWaitPct[] = "host_data_wait_pct";
 inline constexpr const char kHostSyncsPerStep[] = "host_syncs_per_step";
