@@ -1,5 +1,9 @@
 # Installs brrr into WORK_DIR/prefix, builds examples/ (a separate CMake project that subclasses
 # brrr::Trainer) against the installed package with find_package(brrr), and trains it a few steps.
+# WORK_DIR gets a suffix unique to this process, so that two ctest runs of one build tree do not
+# share (and delete) each other's scratch folders; it is removed at the end when the test passes.
+string(RANDOM LENGTH 10 unique)
+set(WORK_DIR "${WORK_DIR}.${unique}")
 file(REMOVE_RECURSE "${WORK_DIR}")
 execute_process(COMMAND ${CMAKE_COMMAND} --install "${BRRR_BINARY_DIR}" --prefix "${WORK_DIR}/prefix"
   RESULT_VARIABLE rc OUTPUT_QUIET)
@@ -54,3 +58,4 @@ endif()
 if(NOT EXISTS "${WORK_DIR}/runs/spirals/metrics.jsonl")
   message(FATAL_ERROR "spiral_trainer wrote no ${WORK_DIR}/runs/spirals/metrics.jsonl")
 endif()
+file(REMOVE_RECURSE "${WORK_DIR}")

@@ -1,0 +1,106 @@
+#pragma once
+// The `trainer` binary run as a user runs it, for the cli suite: a fixture that spawns it in a
+// scratch directory with stdout/stderr captured to files, and a small CSV experiment to train.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fcntl.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tests/test_fs.h"
+
+extern char** environ;
+
+namespace brrr {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+inline std::string slurp(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("brrr_cli_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "_" +
+            std::to_string(getpid()));
+    brrr::test::remove_tree(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { brrr::test::remove_tree(dir_); }
+
+  // Starts the trainer with stdout/stderr redirected to files; returns its pid.
+  pid_t start(const std::vector<std::string>& args) {
+    std::vector<std::string> argv_s = {BRRR_TRAINER_EXE};
+    argv_s.insert(argv_s.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& a : argv_s) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 1, (dir_ / "stdout").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&actions, 2, (dir_ / "stderr").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addchdir_np(&actions, dir_.c_str());
+    pid_t pid = -1;
+    EXPECT_EQ(posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ), 0);
+    posix_spawn_file_actions_destroy(&actions);
+    return pid;
+  }
+
+  Result finish(pid_t pid) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    Result r;
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    r.out = slurp(dir_ / "stdout");
+    r.err = slurp(dir_ / "stderr");
+    return r;
+  }
+
+  Result run(const std::vector<std::string>& args) { return finish(start(args)); }
+
+  fs::path write(const std::string& name, const std::string& text) {
+    const fs::path p = dir_ / name;
+    std::ofstream(p) << text;
+    return p;
+  }
+
+  // A small CSV classification problem and a config that trains an MLP on it.
+  fs::path write_csv_experiment(int64_t max_steps) {
+    std::ofstream csv(dir_ / "train.csv");
+    csv << "a,b,c,label\n";
+    for (int i = 0; i < 512; ++i) {
+      const int label = i % 2;
+      csv << (label ? 1.0 : -1.0) + 0.01 * (i % 7) << "," << 0.5 * (i % 5) << "," << (label ? -0.3 : 0.4)
+          << "," << label << "\n";
+    }
+    return write("exp.yaml", "run: {name: csvrun, output_dir: runs, seed: 3, device: cpu}\n"
+                             "model: {name: mlp, in_channels: 3, image_size: 1, num_classes: 2, hidden_sizes: [8]}\n"
+                             "data: {dataset: csv, path: train.csv, batch_size: 16, num_workers: 0}\n"
+                             "optim: {name: sgd, lr: 0.05, momentum: 0.9}\n"
+                             "train: {max_steps: " + std::to_string(max_steps) +
+                                 ", log_every: 1, checkpoint_every: 0}\n");
+  }
+
+  fs::path dir_;
+};
+
+}  // namespace brrr
