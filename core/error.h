@@ -17,6 +17,18 @@ class Error : public std::runtime_error {
 class ConfigError : public Error {
  public:
   using Error::Error;
+  /// An error about `key` found where its place is not known (a value that the data
+  /// contradicts): what() is "<key>: <what>". A caller that knows where the key was set rethrows
+  /// with the place (config_message()).
+  ConfigError(const std::string& key, const std::string& what)
+      : Error(key + ": " + what), key_(key), detail_(what) {}
+  /// The key and the bare message of the two-argument form ("" otherwise).
+  const std::string& key() const { return key_; }
+  const std::string& detail() const { return detail_; }
+
+ private:
+  std::string key_;
+  std::string detail_;
 };
 
 /// Bad command line (unknown flag, missing argument).

@@ -56,7 +56,8 @@ DatasetPtr make_dataset(const DatasetOptions& options, const std::string& key) {
   if (name == "fashion_mnist") {
     const std::string path = options.path.empty() ? kFashionMnistDefaultPath : options.path;
     require_path(path, key, "fashion_mnist");
-    dataset = std::make_shared<FashionMnistDataset>(path, options.split, options.transforms);
+    dataset = std::make_shared<FashionMnistDataset>(path, options.split, options.transforms,
+                                                    key + ".transforms");
   } else if (name == "image_folder") {
     require_path(options.path, key, "image_folder");
     dataset = std::make_shared<ImageFolderDataset>(options.path, options.transforms);

@@ -103,8 +103,9 @@ std::string fashion_mnist_file(const std::string& dir, const std::string& split,
 }
 
 FashionMnistDataset::FashionMnistDataset(const std::string& dir, const std::string& split,
-                                         std::vector<TransformOptions> transforms)
-    : dir_(dir), split_(split), pipeline_(std::move(transforms)) {
+                                         std::vector<TransformOptions> transforms,
+                                         const std::string& transforms_key)
+    : dir_(dir), split_(split), pipeline_(std::move(transforms), transforms_key) {
   const std::string image_path = fashion_mnist_file(dir, split, "images");
   const std::string label_path = fashion_mnist_file(dir, split, "labels");
   images_ = read_idx_ubyte(image_path, 3);
@@ -113,6 +114,7 @@ FashionMnistDataset::FashionMnistDataset(const std::string& dir, const std::stri
     throw DataError(fmt::format("Fashion-MNIST: '{}' holds {} images but '{}' holds {} labels",
                                 image_path, images_.size(0), label_path, labels_.size(0)));
   }
+  pipeline_.check_fits(images_.size(1), images_.size(2));
   if (labels_.numel() > 0 && labels_.max().item<int64_t>() >= kNumClasses) {
     throw DataError(fmt::format("Fashion-MNIST: '{}' has label {} (expected 0..9)", label_path,
                                 labels_.max().item<int64_t>()));

@@ -28,8 +28,10 @@ class FashionMnistDataset : public Dataset {
  public:
   /// Loads `split` ("train" or "test") from `dir`. Samples: {"image": uint8 (1, 28, 28) or the
   /// transforms' output size, "label": int64 ()}.
+  /// `transforms_key` names the transforms in errors (data.transforms or data.val.transforms).
   FashionMnistDataset(const std::string& dir, const std::string& split,
-                      std::vector<TransformOptions> transforms = {});
+                      std::vector<TransformOptions> transforms = {},
+                      const std::string& transforms_key = "data.transforms");
 
   int64_t size() const override { return labels_.size(0); }
   std::optional<int64_t> max_target_id() const override { return labels_.max().item<int64_t>(); }

@@ -203,7 +203,7 @@ CropRect random_resized_crop_rect(int64_t height, int64_t width, const std::vect
 }
 
 TransformPipeline::TransformPipeline(std::vector<TransformOptions> ops, const std::string& key)
-    : ops_(std::move(ops)) {
+    : key_(key), ops_(std::move(ops)) {
   for (size_t i = 0; i < ops_.size(); ++i) {
     TransformOptions& op = ops_[i];
     const std::string at = fmt::format("{}[{}]", key, i);
@@ -237,6 +237,24 @@ TransformPipeline::TransformPipeline(std::vector<TransformOptions> ops, const st
     if (op.p < 0.0 || op.p > 1.0) {
       throw ConfigError(fmt::format("{}.p: must be in [0, 1], got {}", at, op.p));
     }
+  }
+}
+
+void TransformPipeline::check_fits(int64_t height, int64_t width) const {
+  int64_t h = height, w = width;
+  for (size_t i = 0; i < ops_.size(); ++i) {
+    const TransformOptions& op = ops_[i];
+    if (!is_sizing(op.name)) continue;
+    const int64_t th = op.size[0], tw = op.size[1];
+    if (op.name == kRandomCrop && (h + 2 * op.padding < th || w + 2 * op.padding < tw)) {
+      throw ConfigError(
+          fmt::format("{}[{}].size", key_, i),
+          fmt::format("random_crop {}x{} is larger than the {}x{} image it receives (padding {}); "
+                      "crop smaller, pad, or resize before it",
+                      th, tw, h, w, op.padding));
+    }
+    h = th;
+    w = tw;
   }
 }
 

@@ -47,6 +47,11 @@ class TransformPipeline {
   explicit TransformPipeline(std::vector<TransformOptions> ops,
                              const std::string& key = "data.transforms");
 
+  /// For a source of (height, width): ConfigError (keyed `<key>[i].size`) when a random_crop
+  /// would be larger than the image it receives, padding included. Datasets whose image size
+  /// is fixed call it once, so the config error comes at start, not from a worker.
+  void check_fits(int64_t height, int64_t width) const;
+
   /// Applies every op to a uint8 (C, H, W) image.
   at::Tensor apply(const at::Tensor& image_chw, Rng& rng) const;
   /// Applies ops [first, size()).
@@ -73,6 +78,7 @@ class TransformPipeline {
  private:
   at::Tensor apply_one(const TransformOptions& op, const at::Tensor& image, Rng& rng) const;
 
+  std::string key_;
   /// Validated ops; `size` always holds [height, width] for sizing ops.
   std::vector<TransformOptions> ops_;
 };

@@ -79,6 +79,29 @@ TEST(TransformsTest, HorizontalFlipIsExactMirror) {
   EXPECT_TRUE(TransformPipeline({always, always}).apply(img, rng).equal(img));
 }
 
+TEST(TransformsTest, ACropLargerThanTheImageItReceivesIsAConfigErrorNamingTheKey) {
+  auto op = [](const char* name, int64_t side, int64_t padding = 0) {
+    TransformOptions t;
+    t.name = name;
+    t.size = {side};
+    t.padding = padding;
+    return t;
+  };
+  TransformPipeline({op("random_crop", 28, 0)}, "data.transforms").check_fits(28, 28);
+  TransformPipeline({op("random_crop", 32, 2)}, "data.transforms").check_fits(28, 28);
+  TransformPipeline({op("resize", 64), op("random_crop", 56)}, "data.transforms").check_fits(28, 28);
+  try {
+    TransformPipeline({op("center_crop", 24), op("random_crop", 26, 0)}, "data.val.transforms")
+        .check_fits(28, 28);
+    ADD_FAILURE() << "a 26x26 crop of a 24x24 image passed";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.key(), "data.val.transforms[1].size");
+    EXPECT_NE(std::string(e.what()).find("random_crop 26x26 is larger than the 24x24 image"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(TransformsTest, RandomCropWithPaddingIsAWindowOfThePaddedImage) {
   at::Tensor img = test_image(1, 28, 28, 4) | 1;  // no zeros inside, so padding is recognisable
   TransformOptions crop = op("random_crop", {28});

@@ -311,6 +311,30 @@ class LabelledTrainer : public BlobTrainer {
   DatasetPtr build_train_dataset() override { return std::make_shared<LabelledBlobs>(96); }
 };
 
+class KeyedErrorTrainer : public BlobTrainer {
+ public:
+  using BlobTrainer::BlobTrainer;
+
+ protected:
+  DatasetPtr build_train_dataset() override {
+    throw ConfigError("data.transforms[0].size", "random_crop 32x32 is larger than the 28x28 image");
+  }
+};
+
+TEST(TrainerFaultsTest, ADatasetsKeyedConfigErrorGetsTheKeysPlace) {
+  ExperimentConfig config = parse_config(R"(
+run: {name: blobs, seed: 11, device: cpu}
+model: {name: mlp, in_channels: 8, image_size: 1, num_classes: 3, hidden_sizes: [16]}
+data: {dataset: custom, batch_size: 16, transforms: [{name: random_crop, size: 32}]}
+)",
+                                         "exp.yaml");
+  config.run.output_dir = temp_dir("keyed");
+  KeyedErrorTrainer trainer(config);
+  const std::string what = message_of([&] { trainer.setup(); });
+  EXPECT_NE(what.find("data.transforms[0].size at exp.yaml:4:"), std::string::npos) << what;
+  EXPECT_NE(what.find("larger than the 28x28 image"), std::string::npos) << what;
+}
+
 TEST(TrainerFaultsTest, FewerClassesThanTheDataHoldsIsAConfigErrorNamingTheKey) {
   ExperimentConfig config = parse_config(R"(
 run: {name: blobs, seed: 11, device: cpu}
