@@ -75,6 +75,12 @@ struct ModelOptions {
   /// gpt: scaled-dot-product attention backend: `auto` (the fastest measured on the device:
   /// cuDNN on Hopper, else ATen's choice), `flash`, `cudnn`, `efficient`, `math`.
   std::string attention = "auto";
+  /// Weights to start from (not optimizer state): a safetensors file, a PyTorch
+  /// torch.save(model.state_dict()) file or a brrr checkpoint; for `gpt` also a Hugging Face
+  /// GPT-2 checkpoint (names and Conv1D layout mapped, vocabulary padded). "" = random init.
+  std::string init_from;
+  /// With init_from: every model key must be in the file and every file key in the model.
+  bool init_strict = true;
 };
 
 /// One image transform in `data.transforms` (applied in the loader workers, on uint8 images).

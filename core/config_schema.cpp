@@ -98,6 +98,9 @@ std::vector<Field> make_config_fields() {
                "Fused ops (brrr::ops): auto, true, or false for the unfused ATen path."),
       BRRR_CFG(model.attention, R.one_of({"auto", "flash", "cudnn", "efficient", "math"}),
                "gpt: attention backend."),
+      BRRR_CFG(model.init_from, R,
+               "Weights to start from: safetensors, torch.save(state_dict), brrr checkpoint, HF GPT-2."),
+      BRRR_CFG(model.init_strict, R, "init_from: every key must match both ways."),
 
       BRRR_DATASET_FIELDS(data, R.must_be_set(), R),
       BRRR_CFG(data.num_workers, R.ge(-1).auto_means(-1),

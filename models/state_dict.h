@@ -20,11 +20,19 @@ namespace brrr {
 /// The module's parameters and buffers by dotted name (tensors alias the module's: no copy).
 std::map<std::string, at::Tensor> named_state(const torch::nn::Module& module);
 
+/// The keys a non-strict load_state_dict() left out.
+struct LoadReport {
+  std::vector<std::string> missing;     // in the module, not in the source: left as they were
+  std::vector<std::string> unexpected;  // in the source, not in the module: ignored
+};
+
 /// Copies every tensor of `state` into the parameter or buffer of `module` with the same name
 /// (values converted to the destination's dtype and device; autograd not recorded).
-/// Throws brrr::Error listing all missing and unexpected keys, or naming the key and both shapes
-/// on a shape mismatch. Nothing is copied unless every key matches.
-void load_state_dict(torch::nn::Module& module, const std::map<std::string, at::Tensor>& state);
+/// strict: throws brrr::Error listing all missing and unexpected keys; otherwise they are
+/// returned. A shape mismatch is always an error naming the key and both shapes. Nothing is
+/// copied unless the load can be done whole.
+LoadReport load_state_dict(torch::nn::Module& module, const std::map<std::string, at::Tensor>& state,
+                           bool strict = true);
 
 /// Same, from what torch::pickle_load returns for a Python `torch.save(model.state_dict())`
 /// (keys must be strings and values tensors; anything else is an error naming the key).

@@ -43,7 +43,8 @@ if ! "$PY" -c 'import torch' >/dev/null 2>&1; then
   echo "setup: pip install torch==${TORCH_VERSION}"
   pip_install "torch==${TORCH_VERSION}"
 fi
-# Test-only Python packages: tensorboard reads our event files back, Pillow writes image fixtures.
+# Test-only Python packages: tensorboard reads our event files back, Pillow writes image fixtures,
+# safetensors writes and reads weight files on PyTorch's side.
 if ! "$PY" -c 'import tensorboard' >/dev/null 2>&1; then
   echo "setup: pip install tensorboard==2.21.0"
   pip_install tensorboard==2.21.0
@@ -51,6 +52,10 @@ fi
 if ! "$PY" -c 'import PIL' >/dev/null 2>&1; then
   echo "setup: pip install pillow==13.0.0"
   pip_install "pillow==13.0.0"
+fi
+if ! "$PY" -c 'import safetensors' >/dev/null 2>&1; then
+  echo "setup: pip install safetensors==0.7.0"
+  pip_install "safetensors==0.7.0"
 fi
 cuda="no nvcc: the CUDA sources will be off"
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then

@@ -19,6 +19,8 @@
 #include "models/attention.h"
 #include "models/model.h"
 #include "models/registry.h"
+#include "models/state_dict.h"
+#include "models/weights_file.h"
 #include "trainer/evaluator.h"
 #include "trainer/optim/grad_scaler.h"
 #include "trainer/optim/lr_schedule.h"
@@ -150,6 +152,42 @@ StepOutput Trainer::validation_step(const Batch& batch) {
 // Setup
 // ---------------------------------------------------------------------------------------------
 
+void Trainer::init_weights() {
+  const std::string& path = config_.model.init_from;
+  TensorMap weights;
+  try {
+    weights = read_weights_file(path);
+  } catch (const Error& e) {
+    throw ConfigError(config_message(config_, "model.init_from", e.what()));
+  }
+  std::string kind = "weights";
+  if (config_.model.name == "gpt" && is_hf_gpt2(weights)) {
+    weights = from_hf_gpt2(weights, config_.model.vocab_size);
+    kind = "Hugging Face GPT-2 weights";
+  }
+  LoadReport report;
+  try {
+    report = load_state_dict(*model_, weights, config_.model.init_strict);
+  } catch (const Error& e) {
+    const bool keys_differ = std::string(e.what()).find("missing key") != std::string::npos;
+    throw ConfigError(config_message(
+        config_, "model.init_from",
+        fmt::format("'{}' does not fit model '{}': {}{}", path, config_.model.name, e.what(),
+                    keys_differ ? " (model.init_strict: false loads the keys that match)" : "")));
+  }
+  log::info("model.init_from: loaded {} tensors of {} from {}", weights.size() -
+                                                                    report.unexpected.size(),
+            kind, path);
+  if (!report.missing.empty()) {
+    log::warn("model.init_from: {} model tensors not in the file keep their initialisation: {}",
+              report.missing.size(), fmt::join(report.missing, ", "));
+  }
+  if (!report.unexpected.empty()) {
+    log::warn("model.init_from: {} tensors of the file are not in the model and were ignored: {}",
+              report.unexpected.size(), fmt::join(report.unexpected, ", "));
+  }
+}
+
 void Trainer::setup() {
   if (is_setup_) return;
   device_ = resolve_device(config_.run.device);
@@ -164,6 +202,7 @@ void Trainer::setup() {
 
   model_ = build_model();
   if (!model_) throw Error("build_model() returned null");
+  if (!config_.model.init_from.empty()) init_weights();
   model_->to(device_);
   use_channels_last_if_useful();
   params_.clear();

@@ -69,6 +69,9 @@ class Trainer {
   void fit(const std::string& resume = "");
   /// Runs the validation set (train.eval_steps batches, or all) and returns val_* metrics.
   Metrics evaluate();
+  /// Loads checkpoint `path` (weights, optimizer, schedule, RNG, counters) into the set-up
+  /// trainer, e.g. before evaluate(). CheckpointError naming the file when it does not load.
+  void load_checkpoint(const std::string& path);
   /// Builds model, data and optimizer without training (what --dry-run prints). Idempotent.
   void setup();
   /// A human-readable plan: device, precision, model size, batch/accumulation, loader settings.
@@ -126,6 +129,8 @@ class Trainer {
   FetchedBatch next_train_batch();
   /// ConfigError when `set` holds a class/token id the model has no output for.
   void check_target_ids(const Dataset& set, const std::string& key) const;
+  /// Copies model.init_from's weights into the model (ConfigError naming the key on a mismatch).
+  void init_weights();
   /// Caps data.num_workers at twice the usable cores, with a warning.
   void cap_num_workers();
   /// One optimizer step; false when a stop request ended it while it waited for data (the state

@@ -116,9 +116,14 @@ void Trainer::check_data_position(const std::string& saved_yaml) {
   counters_.batches_in_epoch = examples / batch;
 }
 
-void Trainer::resume_from(const std::string& path) {
+void Trainer::load_checkpoint(const std::string& path) {
+  setup();
   CheckpointStore::load(path,
                         [this](torch::serialize::InputArchive& archive) { load_state(archive); });
+}
+
+void Trainer::resume_from(const std::string& path) {
+  load_checkpoint(path);
   last_checkpoint_ = path;
   const int64_t every = config_.train.log_every;
   const int64_t first_window =

@@ -9,8 +9,11 @@
 
 #include "core/build_info.h"
 #include "core/config.h"
+#include "core/checkpoint_io.h"
 #include "core/error.h"
+#include "core/json_lines.h"
 #include "core/log.h"
+#include "models/weights_file.h"
 #include "trainer/cli/embedded_configs.h"
 #include "trainer/report/report.h"
 #include "trainer/signals.h"
@@ -117,12 +120,85 @@ int run_report_command(const std::vector<std::string>& argv) {
   return run_report(runs, out);
 }
 
+// The checkpoint `target` names: a file, or a run directory's newest valid checkpoint.
+std::string checkpoint_of(const std::string& target) {
+  if (!fs::is_directory(target)) return target;
+  const CheckpointStore store(target, 0, /*writable=*/false);
+  if (auto latest = store.latest()) return *latest;
+  throw UsageError(fmt::format("'{}' holds no valid checkpoint (in {})", target, store.dir()));
+}
+
+int run_export_command(const std::vector<std::string>& argv) {
+  std::string target, out, format = "safetensors";
+  for (size_t i = 0; i < argv.size(); ++i) {
+    if (is_flag(argv[i], "--out")) {
+      out = take_value(argv, i, "--out");
+    } else if (is_flag(argv[i], "--format")) {
+      format = take_value(argv, i, "--format");
+    } else if (argv[i].rfind("--", 0) == 0 || !target.empty()) {
+      throw UsageError(fmt::format("trainer export: unexpected argument '{}'", argv[i]));
+    } else {
+      target = argv[i];
+    }
+  }
+  if (target.empty()) throw UsageError("trainer export: give a run directory or a checkpoint");
+  if (format != "safetensors") {
+    throw UsageError(fmt::format("trainer export: --format {} is not supported (safetensors)", format));
+  }
+  const std::string checkpoint = checkpoint_of(target);
+  if (verify_checkpoint_checksum(checkpoint) == ChecksumStatus::kMissing) {
+    log::warn("checkpoint '{}' carries no checksum; exporting it unverified", checkpoint);
+  }
+  const TensorMap weights = read_weights_file(checkpoint);
+  if (out.empty()) out = fs::path(checkpoint).replace_extension(".safetensors").string();
+  write_safetensors(out, weights, {{"format", "pt"}, {"brrr_checkpoint", checkpoint}});
+  log::info("exported {} tensors of {} to {}", weights.size(), checkpoint, out);
+  return 0;
+}
+
+int run_eval_command(const std::vector<std::string>& argv) {
+  std::vector<std::string> rest;
+  std::string checkpoint;
+  for (size_t i = 0; i < argv.size(); ++i) {
+    if (is_flag(argv[i], "--checkpoint")) {
+      checkpoint = take_value(argv, i, "--checkpoint");
+    } else {
+      rest.push_back(argv[i]);
+    }
+  }
+  const Args args = parse_args(rest);
+  if (checkpoint.empty()) throw UsageError("trainer eval: give --checkpoint PATH|auto");
+  const ExperimentConfig config = load(args);
+  if (config.data.val.dataset.empty()) {
+    throw ConfigError("trainer eval: the config has no evaluation data (data.val.dataset)");
+  }
+  Trainer trainer(config);
+  const std::string path = checkpoint == "auto" ? checkpoint_of(trainer.run_dir()) : checkpoint;
+  trainer.load_checkpoint(path);
+  const Metrics metrics = trainer.evaluate();
+  JsonObject record;
+  record.set("kind", "eval").set("step", trainer.step()).set("checkpoint", path);
+  std::string line;
+  for (const auto& [name, value] : metrics) {
+    record.set(name, value);
+    line += fmt::format(" {} {:.4f}", name, value);
+  }
+  std::cout << fmt::format("eval of {} (step {}):{}\n", path, trainer.step(), line);
+  // Appended beside the run's files, never into them: a training run may own metrics.jsonl.
+  if (fs::is_directory(trainer.run_dir())) {
+    std::ofstream(fs::path(trainer.run_dir()) / "eval.jsonl", std::ios::app) << record.dump() << "\n";
+  }
+  return 0;
+}
+
 }  // namespace
 
 std::string cli_usage() {
   return R"(usage:
   trainer --config FILE [--set KEY=VALUE]... [--resume auto|PATH] [--print-config] [--dry-run]
   trainer report RUN_DIR [RUN_DIR_2] [--out DIR]
+  trainer eval --config FILE --checkpoint PATH|auto [--set KEY=VALUE]...
+  trainer export RUN_DIR|CHECKPOINT [--format safetensors] [--out FILE]
   trainer --help | --help-config | --version
 
 Trains the experiment described by a YAML file (see configs/ and the README's configuration reference).
@@ -134,6 +210,10 @@ FILE may also name a config built into the binary: quickstart.
   --print-config       print the fully resolved config as YAML and exit
   --dry-run            build everything, print the plan (device, precision, model, batch, loader) and exit
   report               plots and a summary of finished runs (two runs are overlaid: baseline vs tuned)
+  eval                 the validation set on a checkpoint (auto: the run's newest); prints the metrics
+                       and appends them to the run's eval.jsonl; trains and writes no checkpoint
+  export               a checkpoint's (or a run's newest) model weights as safetensors, which
+                       safetensors.torch.load_file reads
   --help-config        every configuration key with its type, default and meaning
 
 Exit status: 0 success, 2 usage or configuration error (or a run directory in use or holding
@@ -158,6 +238,8 @@ int run_cli(const std::vector<std::string>& args) {
       return 0;
     }
     if (args[0] == "report") return run_report_command({args.begin() + 1, args.end()});
+    if (args[0] == "export") return run_export_command({args.begin() + 1, args.end()});
+    if (args[0] == "eval") return run_eval_command({args.begin() + 1, args.end()});
     return run_train(args);
   } catch (const ConfigError& e) {
     log::error("config error: {}", e.what());
