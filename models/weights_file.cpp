@@ -207,7 +207,7 @@ TensorMap from_hf_gpt2(const TensorMap& weights, int64_t vocab_size) {
     const auto ends_with = [&](const std::string& s) {
       return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
     };
-    if (ends_with("attn.bias") || ends_with("attn.masked_bias")) continue;  // causal masks
+    if (ends_with(".attn.bias") || ends_with(".attn.masked_bias")) continue;  // causal masks
     at::Tensor t = tensor;
     for (const auto& conv : kConv1D) {
       if (ends_with(conv)) t = t.t().contiguous();

@@ -9,10 +9,13 @@
 
 #include <fcntl.h>
 
+#include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/test_fs.h"
@@ -45,7 +48,13 @@ class CliTest : public ::testing::Test {
     brrr::test::remove_tree(dir_);
     fs::create_directories(dir_);
   }
-  void TearDown() override { brrr::test::remove_tree(dir_); }
+  void TearDown() override {
+    for (pid_t pid : started_) {  // a test that stopped early (a failed ASSERT) leaves none running
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+    brrr::test::remove_tree(dir_);
+  }
 
   // Starts the trainer with stdout/stderr redirected to files; returns its pid.
   pid_t start(const std::vector<std::string>& args) {
@@ -62,12 +71,27 @@ class CliTest : public ::testing::Test {
     pid_t pid = -1;
     EXPECT_EQ(posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ), 0);
     posix_spawn_file_actions_destroy(&actions);
+    started_.push_back(pid);
     return pid;
   }
 
-  Result finish(pid_t pid) {
+  // Waits for the trainer, at most `limit_s`: one that does not end is a test failure (and is
+  // killed), never a hung test.
+  Result finish(pid_t pid, double limit_s = 180) {
     int status = 0;
-    waitpid(pid, &status, 0);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(limit_s);
+    bool ended = false;
+    while (!(ended = waitpid(pid, &status, WNOHANG) == pid) &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (!ended) {
+      ADD_FAILURE() << "the trainer (pid " << pid << ") did not end within " << limit_s
+                    << " s; killed it";
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+    }
+    started_.erase(std::remove(started_.begin(), started_.end(), pid), started_.end());
     Result r;
     r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     r.out = slurp(dir_ / "stdout");
@@ -101,6 +125,7 @@ class CliTest : public ::testing::Test {
   }
 
   fs::path dir_;
+  std::vector<pid_t> started_;
 };
 
 }  // namespace brrr

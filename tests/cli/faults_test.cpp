@@ -151,8 +151,9 @@ TEST_F(CliFaultsTest, AConfigThatIsNotARegularFileIsRefusedAtOnce) {
 
 TEST_F(CliFaultsTest, ALibtorchErrorIsOneLineWithoutAStackTrace) {
   write_csv_experiment(4);
-  // A 3 x 10^10 weight: libtorch's allocator refuses it with a c10::Error (and its trace).
-  Result r = run({"--config", "exp.yaml", "--set", "model.hidden_sizes=[10000000000]"});
+  // A 3 x 10^12 weight (12 TB, more than any machine): libtorch's allocator refuses it with a
+  // c10::Error (and its trace).
+  Result r = run({"--config", "exp.yaml", "--set", "model.hidden_sizes=[1000000000000]"});
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_NE(r.err.find("can't allocate memory"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("frame #"), std::string::npos) << r.err;
