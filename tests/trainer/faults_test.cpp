@@ -138,12 +138,13 @@ TEST(TrainerFaultsTest, AFullDiskWhileCheckpointingIsACleanErrorAndResumeWorks) 
 }
 
 // Blobs whose sample `stuck_index` never finishes loading while `gate` exists: the worker that
-// loads it hangs as a stopped or wedged worker would.
+// loads it hangs as a stopped or wedged worker would, after creating `gate`.reached.
 class GatedBlobDataset : public BlobDataset {
  public:
   GatedBlobDataset(int64_t n, std::string gate, int64_t stuck_index)
       : BlobDataset(n), gate_(std::move(gate)), stuck_index_(stuck_index) {}
   Sample get(int64_t index, Rng& rng) const override {
+    if (index == stuck_index_ && fs::exists(gate_)) std::ofstream(gate_ + ".reached") << "stuck";
     while (index == stuck_index_ && fs::exists(gate_)) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
@@ -195,7 +196,12 @@ TEST(TrainerFaultsTest, AStopWhileTheLoaderIsStuckCheckpointsTheLastStepAndResum
   GatedTrainer first(split_cfg, gate.string());
   std::chrono::steady_clock::time_point signalled;
   std::thread stopper([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    // Once the worker is stuck, and the loader has waited past its 0.5 s stall warning.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!fs::exists(gate.string() + ".reached") && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000));
     signalled = std::chrono::steady_clock::now();
     kill(getpid(), SIGTERM);
   });
