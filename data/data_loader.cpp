@@ -104,6 +104,7 @@ DataLoader::DataLoader(DatasetPtr dataset, DataLoaderOptions options)
   layout_ = std::make_unique<BatchLayout>(dataset_->get(0, rng), bs);
   const bool pin = options_.pin_memory() && options_.device().is_cuda();
   const int64_t slots = options_.num_workers() * options_.prefetch_factor() + kConsumerSlots;
+  check_ring_fits(slots, layout_->slot_bytes());
   ring_ = std::make_unique<ShmRing>(slots, layout_->slot_bytes(), pin);
   log::debug("DataLoader: {}; {} batches/epoch of {}; {} workers; ring {} x {} bytes{}",
              dataset_->describe(), batches_per_epoch_, bs, options_.num_workers(), slots,
@@ -218,6 +219,34 @@ int64_t DataLoader::rows_of(int64_t batch) const {
 Batch DataLoader::hand_out(int64_t slot) {
   std::shared_ptr<void> lease = ring_->lease(slot);  // from here on the tensors own the slot
   return layout_->view(ring_->slot(slot), rows_of(next_return_), lease);
+}
+
+void DataLoader::check_ring_fits(int64_t slots, size_t slot_bytes) const {
+  // The ring's shared memory is mapped lazily: a ring larger than the machine would not fail
+  // here but later, as the workers fill it (SIGBUS or the OOM killer). Say so now, in numbers.
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  int64_t kib = -1;
+  while (meminfo >> key) {
+    if (key == "MemAvailable:") {
+      meminfo >> kib;
+      break;
+    }
+    meminfo.ignore(256, '\n');
+  }
+  if (kib <= 0) return;  // unknown: nothing to compare with
+  const double ring_gib = static_cast<double>(slot_bytes) * static_cast<double>(slots) / (1 << 30);
+  const double available_gib = static_cast<double>(kib) / (1 << 20);
+  if (ring_gib <= 0.9 * available_gib) return;
+  throw ConfigError(
+      "data.batch_size",
+      fmt::format("{} is too large for this machine: the batch ring holds {} batches ({} workers "
+                  "x prefetch_factor {} + {}) of {:.1f} MiB each, {:.1f} GiB, but {:.1f} GiB of "
+                  "memory is available; lower data.batch_size, data.num_workers or "
+                  "data.prefetch_factor",
+                  options_.batch_size(), slots, options_.num_workers(),
+                  options_.prefetch_factor(), kConsumerSlots,
+                  static_cast<double>(slot_bytes) / (1 << 20), ring_gib, available_gib));
 }
 
 Batch DataLoader::next_in_process() {

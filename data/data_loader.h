@@ -140,6 +140,8 @@ class DataLoader {
   int64_t rows_of(int64_t batch) const;
   void stop_workers() noexcept;
   void report_stall(double waited_s) const;
+  /// ConfigError keyed data.batch_size when the ring would not fit in the available memory.
+  void check_ring_fits(int64_t slots, size_t slot_bytes) const;
   void fail(std::exception_ptr error) noexcept;
   [[noreturn]] void throw_slots_exhausted() const;
 

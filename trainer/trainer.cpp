@@ -272,14 +272,19 @@ void Trainer::cap_num_workers() {
 
 void Trainer::build_data() {
   try {
-    train_set_ = build_train_dataset();
-    if (!train_set_) throw Error("build_train_dataset() returned null");
-    val_set_ = build_val_dataset();
+    build_data_and_loaders();
   } catch (const ConfigError& e) {
-    // A dataset names the key its data contradicts; the config knows where that key was set.
+    // A dataset or loader names the key its data contradicts; the config knows where that key
+    // was set.
     if (e.key().empty()) throw;
     throw ConfigError(config_message(config_, e.key(), e.detail()));
   }
+}
+
+void Trainer::build_data_and_loaders() {
+  train_set_ = build_train_dataset();
+  if (!train_set_) throw Error("build_train_dataset() returned null");
+  val_set_ = build_val_dataset();
   check_target_ids(*train_set_, "data");
   if (val_set_) check_target_ids(*val_set_, "data.val");
   cap_num_workers();

@@ -131,6 +131,8 @@ class Trainer {
   void check_target_ids(const Dataset& set, const std::string& key) const;
   /// Copies model.init_from's weights into the model (ConfigError naming the key on a mismatch).
   void init_weights();
+  /// build_data()'s body: datasets, checks, auto-tuning, loaders.
+  void build_data_and_loaders();
   /// Caps data.num_workers at twice the usable cores, with a warning.
   void cap_num_workers();
   /// One optimizer step; false when a stop request ended it while it waited for data (the state

@@ -299,6 +299,30 @@ TEST(DataLoaderTest, ALongWaitNamesTheBatchTheWorkerAndItsState) {
   EXPECT_TRUE(contains(err, "stopped (SIGSTOP/SIGTSTP; SIGCONT resumes it)")) << err;
 }
 
+// 1 GiB examples (never touched: only their shape builds the ring).
+class HugeSampleDataset : public Dataset {
+ public:
+  int64_t size() const override { return 1024; }
+  Sample get(int64_t, Rng&) const override {
+    return {{"x", at::empty({int64_t{1} << 30}, at::kByte)}};
+  }
+  std::string describe() const override { return "huge"; }
+};
+
+TEST(DataLoaderTest, ARingLargerThanTheMachineIsAConfigErrorNamingTheBatchSize) {
+  // 1024 x 1 GiB batches in (2 x 2 + 4) slots: 8 TiB, more than any machine has.
+  try {
+    DataLoader loader(std::make_shared<HugeSampleDataset>(),
+                      DataLoaderOptions().batch_size(1024).num_workers(2));
+    ADD_FAILURE() << "an 8 TiB ring was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.key(), "data.batch_size");
+    EXPECT_TRUE(contains(e.what(), "1024 is too large for this machine")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "holds 8 batches (2 workers x prefetch_factor 2 + 4)")) << e.what();
+  }
+  EXPECT_TRUE(child_pids().empty());
+}
+
 TEST(DataLoaderTest, DestructorMidEpochLeavesNothingBehind) {
   const auto shm_before = shm_entries();
   {
