@@ -2,15 +2,14 @@
 
 #include <ATen/ATen.h>
 #include <torch/serialize/input-archive.h>
-#include <unistd.h>
 
-#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iterator>
 #include <set>
 #include <vector>
 
+#include "core/checkpoint_io.h"
 #include "core/error.h"
 #include "core/json_lines.h"
 #include "models/state_dict.h"
@@ -134,8 +133,7 @@ void write_safetensors(const std::string& path, const TensorMap& tensors,
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // the data starts 8-byte aligned
-  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
-  {
+  write_file_atomic(path, [&](const std::string& tmp) {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     char length[8];
     uint64_t n = text.size();
@@ -147,21 +145,23 @@ void write_safetensors(const std::string& path, const TensorMap& tensors,
                 static_cast<std::streamsize>(t.numel() * t.element_size()));
     }
     out.flush();
-    if (!out) {
-      std::remove(tmp.c_str());
-      throw Error(fmt::format("cannot write '{}': {}", path, std::strerror(errno)));
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw Error(fmt::format("cannot rename '{}' to '{}': {}", tmp, path, std::strerror(errno)));
-  }
+    if (!out) throw Error(fmt::format("cannot write '{}': {}", tmp, std::strerror(errno)));
+  });
 }
 
 TensorMap read_weights_file(const std::string& path) {
-  const std::string bytes = read_all(path);
-  if (looks_like_safetensors(bytes)) return read_safetensors(path);
-  if (bytes.compare(0, 4, "PK\x03\x04") != 0) {
+  // The format from the first bytes only; the reader of that format reads the file.
+  std::string head(9, '\0');
+  {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw Error(fmt::format("cannot open weights file '{}'", path));
+    in.read(head.data(), static_cast<std::streamsize>(head.size()));
+    head.resize(static_cast<size_t>(in.gcount()));
+  }
+  const bool safetensors_head =
+      head.size() == 9 && little_endian_u64(head.data()) > 1 && head[8] == '{';
+  if (safetensors_head) return read_safetensors(path);
+  if (head.compare(0, 4, "PK\x03\x04") != 0) {
     throw Error(fmt::format("'{}' is neither a safetensors file nor a PyTorch zip archive "
                             "(torch.save or a brrr checkpoint)",
                             path));
