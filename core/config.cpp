@@ -47,6 +47,28 @@ std::string key_hint(const std::string& parent, const std::string& name) {
   return detail::unknown_key_hint(parent, name, names);
 }
 
+// Keys that brrr renamed: their old spelling is an error naming the new one (a silently
+// ignored or re-meant key is worse than a failed start).
+struct Renamed {
+  const char* old_key;
+  const char* new_key;
+  const char* why;
+};
+const Renamed kRenamed[] = {
+    {"train.eval_steps", "train.eval_batches",
+     "it is the number of batches per evaluation; Hugging Face's eval_steps (steps between "
+     "evaluations) is train.eval_every"},
+};
+
+std::string renamed_message(const std::string& key) {
+  for (const auto& r : kRenamed) {
+    if (key == r.old_key) {
+      return fmt::format("was renamed {} ({})", r.new_key, r.why);
+    }
+  }
+  return "";
+}
+
 bool is_key(const std::string& path) {
   return find_field(config_fields(), path) != nullptr || detail::is_section(path);
 }
@@ -89,6 +111,9 @@ void Loader::apply(const std::string& path, const YAML::Node& node, const Where&
           key_at.message(path.empty() ? "(top level)" : path, "keys must be plain names"));
     }
     if (!seen.insert(name).second) throw ConfigError(key_at.message(child, "duplicate key"));
+    if (const std::string renamed = renamed_message(child); !renamed.empty()) {
+      throw ConfigError(key_at.message(child, renamed));
+    }
     if (!is_key(child)) throw ConfigError(key_at.unknown_key(child, key_hint(path, name)));
     apply(child, item.second, item.second.IsNull() ? key_at : where.at(item.second.Mark()));
   }
@@ -139,16 +164,8 @@ void Loader::apply_override(const std::string& assignment) {
   }
   const std::string key = assignment.substr(0, eq);
   const Where where = Where::in_override(assignment);
-  // Report the first unknown segment: "trian.max_steps" -> unknown key 'trian'.
-  for (size_t end = 0; end != std::string::npos;) {
-    end = key.find('.', end + 1);
-    const std::string prefix = key.substr(0, end);
-    if (!is_key(prefix)) {
-      const size_t dot = prefix.rfind('.');
-      const std::string parent = dot == std::string::npos ? "" : prefix.substr(0, dot);
-      const std::string name = dot == std::string::npos ? prefix : prefix.substr(dot + 1);
-      throw ConfigError(where.unknown_key(prefix, key_hint(parent, name)));
-    }
+  if (const std::string renamed = renamed_message(key); !renamed.empty()) {
+    throw ConfigError(where.message(key, renamed));
   }
   YAML::Node value;
   try {
@@ -156,11 +173,35 @@ void Loader::apply_override(const std::string& assignment) {
   } catch (const YAML::Exception& e) {
     throw ConfigError(fmt::format("--set {}: the value is not valid YAML: {}", assignment, e.msg));
   }
+  // Report the first unknown segment: "trian.max_steps" -> unknown key 'trian'.
+  for (size_t end = 0; end != std::string::npos;) {
+    end = key.find('.', end + 1);
+    const std::string prefix = key.substr(0, end);
+    const Field* f = find_field(config_fields(), prefix);
+    if (f != nullptr && f->kind == detail::Kind::kOptions && end != std::string::npos) {
+      // model.options.depth=4: one entry of a free-form map.
+      YAML::Node entry(YAML::NodeType::Map);
+      entry[key.substr(end + 1)] = value;
+      apply(prefix, entry, where);
+      return;
+    }
+    if (!is_key(prefix)) {
+      const size_t dot = prefix.rfind('.');
+      const std::string parent = dot == std::string::npos ? "" : prefix.substr(0, dot);
+      const std::string name = dot == std::string::npos ? prefix : prefix.substr(dot + 1);
+      throw ConfigError(where.unknown_key(prefix, key_hint(parent, name)));
+    }
+  }
   apply(key, value, where);
 }
 
 // Dependent defaults, resolved once here so that components never re-derive them.
 void Loader::resolve() {
+  // A file that counts in epochs leaves max_steps at its default: the run is then sized by
+  // epochs alone. Setting both is the error validate() reports.
+  if (config.train.max_epochs > 0 && set_at.count("train.max_steps") == 0) {
+    config.train.max_steps = 0;
+  }
   if (config.data.block_size == 0) config.data.block_size = config.model.block_size;
   for (const auto& f : config_fields()) {
     if (!f.rules.inherits || set_at.count(f.key) > 0) continue;
@@ -272,7 +313,15 @@ void Validator::run() const {
           fmt::format("expected two values [beta1, beta2], got {}", c_.optim.betas.size()));
   require(!c_.optim.nesterov || c_.optim.momentum > 0, "optim.nesterov", "needs optim.momentum > 0",
           "optim.momentum");
-  require(c_.schedule.name == "constant" || c_.schedule.warmup_steps < c_.train.max_steps,
+  const TrainOptions& t = c_.train;
+  require((t.max_steps > 0) != (t.max_epochs > 0), "train.max_steps",
+          fmt::format("set exactly one of train.max_steps and train.max_epochs (the other 0), got "
+                      "max_steps {} and max_epochs {}",
+                      t.max_steps, t.max_epochs),
+          "train.max_epochs");
+  // With max_epochs the step count is known once the data is: the schedule checks it then.
+  require(c_.schedule.name == "constant" || t.max_steps == 0 ||
+              c_.schedule.warmup_steps < c_.train.max_steps,
           "schedule.warmup_steps",
           fmt::format("must be < train.max_steps ({}) for a decaying schedule, got {}",
                       c_.train.max_steps, c_.schedule.warmup_steps),

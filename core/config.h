@@ -1,5 +1,5 @@
 #pragma once
-// The typed experiment configuration. core/config.cpp is the only place in brrr that parses YAML:
+// The typed experiment configuration. core/config*.cpp is the only code in brrr that parses YAML:
 // every component takes one of these options structs and never sees a YAML node.
 //
 // Invariant: every field below has exactly one entry in the schema table of config.cpp (key, type,
@@ -8,10 +8,73 @@
 #include <cstdint>
 #include <optional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
 namespace brrr {
+
+/// `model.options:` / `data.options:` — the options of a model or dataset registered with
+/// brrr::register_model / brrr::register_dataset, whose keys the config schema cannot know. The
+/// values are kept as YAML text with the place they were set; a typed read checks the value and
+/// names the key and that place like every other key ("model.options.depth at exp.yaml:7:12:
+/// expected an integer, got 'four'"). The registry calls check_all_read() after the factory: a
+/// key the factory never read (a typo) is an error, not ignored.
+class OptionMap {
+ public:
+  /// One value and where it was set (a file position, or the `--set` text).
+  struct Value {
+    std::string yaml;  ///< the value as YAML (flow style): `4`, `"x"`, `[1, 2]`
+    std::string file;
+    int line = 0;
+    int column = 0;
+    std::string assignment;
+  };
+
+  /// `key` is the map's key path for messages ("model.options").
+  explicit OptionMap(std::string key = "options") : key_(std::move(key)) {}
+
+  bool empty() const { return values_.empty(); }
+  bool has(const std::string& name) const { return values_.count(name) > 0; }
+  /// The names set, in order.
+  std::vector<std::string> names() const;
+
+  // Typed reads. Without a fallback the option is required (ConfigError when unset).
+  int64_t get_int(const std::string& name) const;
+  int64_t get_int(const std::string& name, int64_t fallback) const;
+  double get_double(const std::string& name) const;
+  double get_double(const std::string& name, double fallback) const;
+  bool get_bool(const std::string& name) const;
+  bool get_bool(const std::string& name, bool fallback) const;
+  std::string get_string(const std::string& name) const;
+  std::string get_string(const std::string& name, const std::string& fallback) const;
+  std::vector<int64_t> get_int_list(const std::string& name) const;
+  std::vector<int64_t> get_int_list(const std::string& name,
+                                    const std::vector<int64_t>& fallback) const;
+  std::vector<double> get_double_list(const std::string& name) const;
+  std::vector<double> get_double_list(const std::string& name,
+                                      const std::vector<double>& fallback) const;
+
+  /// ConfigError naming the first option no get_* has read, where it was set, the closest name
+  /// that was read ("did you mean") and `reader` ("model 'tiny_mlp'"), which reads them.
+  void check_all_read(const std::string& reader) const;
+
+  /// Sets (or replaces) one option; the config loader's entry point.
+  void set(const std::string& name, Value value) { values_[name] = std::move(value); }
+  const std::map<std::string, Value>& values() const { return values_; }
+  const std::string& key() const { return key_; }
+  void set_key(std::string key) { key_ = std::move(key); }
+
+  /// Same names and YAML values (not the places they were set, nor what was read).
+  bool operator==(const OptionMap& other) const;
+  bool operator!=(const OptionMap& other) const { return !(*this == other); }
+
+ private:
+  const Value* find(const std::string& name) const;
+  std::string key_;
+  std::map<std::string, Value> values_;
+  mutable std::set<std::string> read_;
+};
 
 /// `run:` — identity and placement of the run.
 struct RunOptions {
@@ -81,6 +144,8 @@ struct ModelOptions {
   std::string init_from;
   /// With init_from: every model key must be in the file and every file key in the model.
   bool init_strict = true;
+  /// Options of a model registered with brrr::register_model (read by its factory).
+  OptionMap options{"model.options"};
 };
 
 /// One image transform in `data.transforms` (applied in the loader workers, on uint8 images).
@@ -126,6 +191,8 @@ struct DatasetOptions {
   bool header = true;
   /// Use only the first `limit` examples (0 = all).
   int64_t limit = 0;
+  /// Options of a dataset registered with brrr::register_dataset (read by its factory).
+  OptionMap options{"data.options"};
 };
 
 /// `data:` — the training data and its loader (names and meanings as in PyTorch's DataLoader).
@@ -219,8 +286,13 @@ struct GradScalerOptions {
 
 /// `train:` — the loop.
 struct TrainOptions {
-  /// Optimizer steps (each = grad_accum_steps micro-batches). Required > 0.
+  /// Optimizer steps (each = grad_accum_steps micro-batches). Exactly one of max_steps and
+  /// max_epochs is > 0; a config file that sets max_epochs leaves this at 0.
   int64_t max_steps = 1000;
+  /// Passes over the training data instead of max_steps: the run takes max_epochs x
+  /// floor(batches per epoch / grad_accum_steps) optimizer steps (resolved when the data is
+  /// built, at least one per epoch). 0 = use max_steps.
+  int64_t max_epochs = 0;
   /// Micro-batches per optimizer step; the effective batch is batch_size * grad_accum_steps.
   int64_t grad_accum_steps = 1;
   /// Global L2 gradient-norm clip after unscaling; 0 = off.
@@ -231,8 +303,10 @@ struct TrainOptions {
   int64_t log_every = 10;
   /// Steps between evaluations; 0 = only at the end.
   int64_t eval_every = 0;
-  /// Batches per evaluation; 0 = the whole validation set.
-  int64_t eval_steps = 0;
+  /// Batches per evaluation; 0 = the whole validation set. (Hugging Face's `eval_steps`, the
+  /// steps between evaluations, is eval_every here; brrr's old name `train.eval_steps` is an
+  /// error that names this one.)
+  int64_t eval_batches = 0;
   /// Steps between checkpoints; 0 = only at the end.
   int64_t checkpoint_every = 0;
   /// Step checkpoints kept (oldest deleted first).

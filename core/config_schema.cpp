@@ -27,6 +27,7 @@ constexpr Kind kind_of() {
   if constexpr (std::is_same_v<T, std::vector<int64_t>>) return Kind::kIntList;
   if constexpr (std::is_same_v<T, std::vector<double>>) return Kind::kDoubleList;
   if constexpr (std::is_same_v<T, std::vector<TransformOptions>>) return Kind::kTransforms;
+  if constexpr (std::is_same_v<T, OptionMap>) return Kind::kOptions;
 }
 
 template <typename Member>
@@ -47,7 +48,7 @@ Field make_field(const char* key, void* (*get)(void*), Rules rules, const char* 
 // DatasetOptions appears twice (data, data.val); only the rules of a few rows differ.
 #define BRRR_DATASET_FIELDS(P, DATASET, IN)                                                      \
   BRRR_CFG(P.dataset, DATASET,                                                                   \
-           "fashion_mnist, image_folder, token_file, csv (or a registered one)"),                \
+           "fashion_mnist, image_folder, token_file, csv, or one given to register_dataset."),   \
       BRRR_CFG(P.path, R, "File or folder of the data."),                                        \
       BRRR_CFG(P.split, R.not_empty(), "fashion_mnist: train or test."),                         \
       BRRR_CFG(P.batch_size, IN.ge(0).auto_means(0),                                             \
@@ -60,7 +61,8 @@ Field make_field(const char* key, void* (*get)(void*), Rules rules, const char* 
       BRRR_CFG(P.windows, R.one_of({"random", "sequential"}), "token_file: window placement."),  \
       BRRR_CFG(P.label_column, R, "csv: label column (negative counts from the end)."),          \
       BRRR_CFG(P.header, R, "csv: the first row is a header."),                                  \
-      BRRR_CFG(P.limit, R.ge(0), "Use only the first `limit` examples (0 = all).")
+      BRRR_CFG(P.limit, R.ge(0), "Use only the first `limit` examples (0 = all)."),              \
+      BRRR_CFG(P.options, IN, "Options of a dataset given to brrr::register_dataset.")
 
 const std::vector<std::string> kMinMax = {"min", "max"};
 
@@ -78,7 +80,7 @@ std::vector<Field> make_config_fields() {
                "Resuming with another data.batch_size than the checkpoint's is an error."),
 
       BRRR_CFG(model.name, R.must_be_set(),
-               "Registry name: mlp, convnet, resnet18, resnet50, gpt."),
+               "mlp, convnet, resnet18, resnet50, gpt, or one given to brrr::register_model."),
       BRRR_CFG(model.num_classes, R.ge(1), "Classifier outputs."),
       BRRR_CFG(model.in_channels, R.ge(1), "Input image channels."),
       BRRR_CFG(model.image_size, R.ge(1), "Input image side in pixels."),
@@ -101,6 +103,7 @@ std::vector<Field> make_config_fields() {
       BRRR_CFG(model.init_from, R,
                "Weights to start from: safetensors, torch.save(state_dict), brrr checkpoint, HF GPT-2."),
       BRRR_CFG(model.init_strict, R, "init_from: every key must match both ways."),
+      BRRR_CFG(model.options, R, "Options of a model given to brrr::register_model."),
 
       BRRR_DATASET_FIELDS(data, R.must_be_set(), R),
       BRRR_CFG(data.num_workers, R.ge(-1).auto_means(-1),
@@ -139,13 +142,15 @@ std::vector<Field> make_config_fields() {
       BRRR_CFG(schedule.factor, R.gt(0).lt(1), "plateau: lr factor."),
       BRRR_CFG(schedule.threshold, R.ge(0), "plateau: relative improvement threshold."),
 
-      BRRR_CFG(train.max_steps, R.ge(1), "Optimizer steps."),
+      BRRR_CFG(train.max_steps, R.ge(0), "Optimizer steps (or set max_epochs)."),
+      BRRR_CFG(train.max_epochs, R.ge(0),
+               "Epochs instead of max_steps: max_epochs x floor(batches/epoch / accum) steps."),
       BRRR_CFG(train.grad_accum_steps, R.ge(1), "Micro-batches per optimizer step."),
       BRRR_CFG(train.max_grad_norm, R.ge(0), "Gradient-norm clip; 0 = off."),
       BRRR_CFG(train.precision, R.one_of({"fp32", "tf32", "bf16", "fp16"}), "Precision policy."),
       BRRR_CFG(train.log_every, R.ge(1), "Steps between metric records."),
       BRRR_CFG(train.eval_every, R.ge(0), "Steps between evaluations; 0 = only at the end."),
-      BRRR_CFG(train.eval_steps, R.ge(0), "Batches per evaluation; 0 = all."),
+      BRRR_CFG(train.eval_batches, R.ge(0), "Batches per evaluation; 0 = all."),
       BRRR_CFG(train.checkpoint_every, R.ge(0), "Steps between checkpoints; 0 = only at the end."),
       BRRR_CFG(train.keep_checkpoints, R.ge(1), "Step checkpoints kept."),
       BRRR_CFG(train.best_metric, R, "Eval metric selecting the best checkpoint (empty = none)."),
@@ -247,6 +252,8 @@ const char* kind_name(Kind kind) {
       return "[float]";
     case Kind::kTransforms:
       return "[transform]";
+    case Kind::kOptions:
+      return "map";
   }
   return "?";
 }
@@ -267,6 +274,8 @@ const char* kind_description(Kind kind) {
       return "a list of numbers";
     case Kind::kTransforms:
       return "a list of transforms ({name: ..., ...})";
+    case Kind::kOptions:
+      return "a mapping of options ({name: value, ...})";
   }
   return "?";
 }
@@ -371,6 +380,8 @@ void check_value(const Field& field, const void* value, const std::string& key,
       }
       break;
     }
+    case Kind::kOptions:
+      break;  // typed when its factory reads it
   }
 }
 
@@ -393,6 +404,8 @@ bool values_equal(const Field& field, const void* a, const void* b) {
     case Kind::kTransforms:
       return *static_cast<const std::vector<TransformOptions>*>(a) ==
              *static_cast<const std::vector<TransformOptions>*>(b);
+    case Kind::kOptions:
+      return *static_cast<const OptionMap*>(a) == *static_cast<const OptionMap*>(b);
   }
   return false;
 }
@@ -420,6 +433,9 @@ void copy_value(const Field& field, void* dst, const void* src) {
     case Kind::kTransforms:
       *static_cast<std::vector<TransformOptions>*>(dst) =
           *static_cast<const std::vector<TransformOptions>*>(src);
+      break;
+    case Kind::kOptions:
+      *static_cast<OptionMap*>(dst) = *static_cast<const OptionMap*>(src);
       break;
   }
 }

@@ -18,7 +18,7 @@ namespace brrr::detail {
 struct Where;
 
 /// The C++ type of a field.
-enum class Kind { kInt, kDouble, kBool, kString, kIntList, kDoubleList, kTransforms };
+enum class Kind { kInt, kDouble, kBool, kString, kIntList, kDoubleList, kTransforms, kOptions };
 
 /// "an integer", "a number", ... (for "expected ..." messages).
 const char* kind_description(Kind kind);
@@ -118,7 +118,7 @@ std::vector<std::string> child_names(const std::string& section);
 void check_value(const Field& field, const void* value, const std::string& key, const Where& where);
 bool values_equal(const Field& field, const void* a, const void* b);
 void copy_value(const Field& field, void* dst, const void* src);
-/// A short type name for docs: "int", "float", "bool", "string", "[int]", "[float]", "[transform]".
+/// A short type name for docs: "int", "float", "bool", "string", "[int]", "[float]", "[transform]", "map".
 const char* kind_name(Kind kind);
 
 }  // namespace brrr::detail

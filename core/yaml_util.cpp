@@ -236,6 +236,41 @@ TransformOptions decode_transform(const YAML::Node& node, const std::string& key
   return t;
 }
 
+// A free-form options map: each value kept as flow YAML with its place. Maps merge key by key,
+// as sections do across base files and --set.
+void decode_options(OptionMap& map, const YAML::Node& node, const std::string& key,
+                    const Where& where) {
+  map.set_key(key);
+  if (node.IsNull()) return;
+  if (!node.IsMap()) {
+    fail(where, key, fmt::format("expected a mapping of options ({{name: value, ...}}), got {}",
+                                 describe_node(node)));
+  }
+  std::set<std::string> seen;
+  for (const auto& item : node) {
+    const Where key_at = where.at(item.first.Mark());
+    const std::string name = item.first.IsScalar() ? item.first.Scalar() : "";
+    const bool plain = !name.empty() && name.find_first_not_of(
+                                            "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                            "0123456789_") == std::string::npos;
+    if (!plain) fail(key_at, key, "option names must be plain names (letters, digits, _)");
+    const std::string child = key + "." + name;
+    if (!seen.insert(name).second) throw ConfigError(key_at.message(child, "duplicate key"));
+    const Where value_at = item.second.IsNull() ? key_at : where.at(item.second.Mark());
+    YAML::Emitter out;
+    out.SetMapFormat(YAML::Flow);
+    out.SetSeqFormat(YAML::Flow);
+    out << item.second;
+    OptionMap::Value value;
+    value.yaml = item.second.IsNull() ? "null" : out.c_str();
+    value.file = value_at.file;
+    value.line = value_at.line;
+    value.column = value_at.column;
+    value.assignment = value_at.assignment;
+    map.set(name, std::move(value));
+  }
+}
+
 }  // namespace
 
 std::string format_double(double v) {
@@ -296,6 +331,9 @@ void decode_value(const Field& field, void* target, const YAML::Node& node, cons
       *static_cast<std::vector<TransformOptions>*>(target) =
           decode_list<TransformOptions>(field, node, key, where, decode_transform);
       break;
+    case Kind::kOptions:
+      decode_options(*static_cast<OptionMap*>(target), node, key, where);
+      break;
   }
   check_value(field, target, key, where);
 }
@@ -331,6 +369,13 @@ std::string format_value(const Field& field, const void* value, const std::strin
         s += fmt::format("\n{}- {{{}}}", indent, item);
       }
       return s;
+    }
+    case Kind::kOptions: {
+      std::string s;
+      for (const auto& [name, v] : static_cast<const OptionMap*>(value)->values()) {
+        s += fmt::format("{}{}: {}", s.empty() ? "" : ", ", name, v.yaml);
+      }
+      return "{" + s + "}";
     }
   }
   return "";

@@ -2,7 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <fmt/ranges.h>
+
 #include <filesystem>
+#include <mutex>
+#include <stdexcept>
+#include <utility>
 
 #include "core/error.h"
 #include "data/csv_dataset.h"
@@ -43,7 +48,57 @@ void require_path(const std::string& path, const std::string& key, const std::st
   }
 }
 
+const char* const kBuiltIn[] = {"fashion_mnist", "image_folder", "token_file", "csv"};
+
+struct Registered {
+  std::mutex mutex;
+  std::vector<std::pair<std::string, DatasetFactory>> entries;
+};
+
+Registered& registered() {
+  static Registered r;
+  return r;
+}
+
+bool is_built_in(const std::string& name) {
+  for (const char* b : kBuiltIn) {
+    if (name == b) return true;
+  }
+  return false;
+}
+
+DatasetFactory find_registered(const std::string& name) {
+  Registered& r = registered();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  for (const auto& e : r.entries) {
+    if (e.first == name) return e.second;
+  }
+  return {};
+}
+
 }  // namespace
+
+void register_dataset(const std::string& name, DatasetFactory factory) {
+  if (name.empty()) throw std::invalid_argument("register_dataset: the name is empty");
+  if (!factory) throw std::invalid_argument("register_dataset('" + name + "'): no factory");
+  if (is_built_in(name)) {
+    throw std::invalid_argument("register_dataset('" + name + "'): brrr has a dataset of that name");
+  }
+  if (find_registered(name)) {
+    throw std::invalid_argument("register_dataset('" + name + "'): registered already");
+  }
+  Registered& r = registered();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  r.entries.emplace_back(name, std::move(factory));
+}
+
+std::vector<std::string> dataset_names() {
+  std::vector<std::string> names(std::begin(kBuiltIn), std::end(kBuiltIn));
+  Registered& r = registered();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  for (const auto& e : r.entries) names.push_back(e.first);
+  return names;
+}
 
 DatasetPtr make_subset(DatasetPtr base, int64_t limit) {
   if (limit <= 0 || limit >= base->size()) return base;
@@ -75,10 +130,17 @@ DatasetPtr make_dataset(const DatasetOptions& options, const std::string& key) {
   } else if (name == "csv") {
     require_path(options.path, key, "csv");
     dataset = std::make_shared<CsvDataset>(options.path, options.label_column, options.header);
+  } else if (DatasetFactory factory = find_registered(name)) {
+    dataset = factory(options, key);
+    if (!dataset) {
+      throw Error(fmt::format("the factory of dataset '{}' ({}.dataset) returned no dataset", name,
+                              key));
+    }
   } else {
-    throw ConfigError(key + ".dataset: unknown dataset '" + name +
-                      "' (expected fashion_mnist, image_folder, token_file or csv)");
+    throw ConfigError(fmt::format("{}.dataset: unknown dataset '{}'; valid names: {}", key, name,
+                                  fmt::join(dataset_names(), ", ")));
   }
+  options.options.check_all_read(fmt::format("dataset '{}' ({}.dataset)", name, key));
   return make_subset(std::move(dataset), options.limit);
 }
 

@@ -195,23 +195,62 @@ bool is_hf_gpt2(const TensorMap& weights) {
   return false;
 }
 
+namespace {
+
+// GPT-2's Conv1D layers: a (in, out) weight where brrr's Linear has (out, in).
+const std::set<std::string> kConv1D = {"attn.c_attn.weight", "attn.c_proj.weight",
+                                       "mlp.c_fc.weight", "mlp.c_proj.weight"};
+
+bool ends_with(const std::string& name, const std::string& tail) {
+  return name.size() >= tail.size() &&
+         name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+bool is_conv1d(const std::string& name) {
+  for (const auto& conv : kConv1D) {
+    if (ends_with(name, conv)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+TensorMap to_hf_gpt2(const TensorMap& weights, int64_t vocab_size) {
+  const auto wte = weights.find("transformer.wte.weight");
+  const auto qkv = weights.find("transformer.h.0.attn.c_attn.weight");
+  if (wte == weights.end() || qkv == weights.end() || qkv->second.dim() != 2 ||
+      qkv->second.size(0) != 3 * qkv->second.size(1)) {
+    throw Error(
+        "not the weights of a brrr gpt model (no transformer.wte.weight, or no "
+        "transformer.h.0.attn.c_attn.weight of shape (3C, C))");
+  }
+  TensorMap out;
+  for (const auto& [name, tensor] : weights) {
+    at::Tensor t = tensor;
+    if (is_conv1d(name)) t = t.t().contiguous();
+    if (name == "transformer.wte.weight" || name == "lm_head.weight") {
+      if (t.size(0) < vocab_size) {
+        throw Error(fmt::format("{} has {} rows, fewer than the vocabulary size {} asked for",
+                                name, t.size(0), vocab_size));
+      }
+      t = t.slice(0, 0, vocab_size).clone();  // its own storage: safetensors shares none
+    }
+    out[name] = t;
+  }
+  if (out.count("lm_head.weight") == 0) out["lm_head.weight"] = out["transformer.wte.weight"].clone();
+  return out;
+}
+
 TensorMap from_hf_gpt2(const TensorMap& weights, int64_t vocab_size) {
-  static const std::set<std::string> kConv1D = {"attn.c_attn.weight", "attn.c_proj.weight",
-                                                "mlp.c_fc.weight", "mlp.c_proj.weight"};
   TensorMap out;
   for (const auto& [key, tensor] : weights) {
     std::string name = key;
     if (name.rfind("transformer.", 0) != 0 && name.rfind("lm_head.", 0) != 0) {
       name = "transformer." + name;
     }
-    const auto ends_with = [&](const std::string& s) {
-      return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
-    };
-    if (ends_with(".attn.bias") || ends_with(".attn.masked_bias")) continue;  // causal masks
+    if (ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias")) continue;  // masks
     at::Tensor t = tensor;
-    for (const auto& conv : kConv1D) {
-      if (ends_with(conv)) t = t.t().contiguous();
-    }
+    if (is_conv1d(name)) t = t.t().contiguous();
     if (name == "transformer.wte.weight" || name == "lm_head.weight") {
       if (t.size(0) > vocab_size) {
         throw Error(fmt::format("{} has {} rows, more than model.vocab_size {}", name, t.size(0),

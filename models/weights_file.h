@@ -41,4 +41,12 @@ bool is_hf_gpt2(const TensorMap& weights);
 /// taken from the embedding when absent (GPT-2 ties them).
 TensorMap from_hf_gpt2(const TensorMap& weights, int64_t vocab_size);
 
+/// The inverse, for `trainer export --names hf-gpt2`: brrr `gpt` weights under the names and
+/// layout of Hugging Face's GPT2LMHeadModel (Linear weights transposed back into Conv1D's
+/// (in, out); the embedding and the head cut to `vocab_size` rows, GPT-2's 50257, dropping the
+/// padding rows), so that `GPT2LMHeadModel(config).load_state_dict(load_file(f), strict=True)`
+/// takes them. lm_head.weight is written too (a copy when tied). Throws Error when `weights` are
+/// not a brrr gpt model's or have fewer than `vocab_size` rows.
+TensorMap to_hf_gpt2(const TensorMap& weights, int64_t vocab_size);
+
 }  // namespace brrr

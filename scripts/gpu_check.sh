@@ -172,7 +172,7 @@ stage_gpt() {
     run "$BUILD_DIR/trainer" --config configs/gpt2-124m.yaml --set run.name="gpt2_accum$a" \
       --set run.output_dir=runs/gpu_check --set train.grad_accum_steps=$a \
       --set train.max_steps=$(( a == 1 ? 200 : 50 )) --set train.eval_every=0 \
-      --set train.eval_steps=2 || rc=1
+      --set train.eval_batches=2 || rc=1
     keep_run "runs/gpu_check/gpt2_accum$a" "$d/runs/gpt2_accum$a"
   done
   local modes=eager,compile
@@ -198,7 +198,7 @@ stage_gptprof() {
   rm -rf runs/gpu_check/gpt2_prof
   run "$BUILD_DIR/trainer" --config configs/gpt2-124m.yaml --set run.name=gpt2_prof \
     --set run.output_dir=runs/gpu_check --set train.grad_accum_steps=1 --set train.max_steps=40 \
-    --set train.log_every=20 --set train.eval_every=0 --set train.eval_steps=1 \
+    --set train.log_every=20 --set train.eval_every=0 --set train.eval_batches=1 \
     --set train.profile.start_step=25 --set train.profile.steps=3 || rc=1
   cp runs/gpu_check/gpt2_prof/trace.json "$d/brrr.json" 2>/dev/null
   keep_run runs/gpu_check/gpt2_prof "$d/runs/gpt2_prof"
@@ -265,7 +265,7 @@ stage_autotune() {
   run "$BUILD_DIR/trainer" --config configs/gpt2-124m.yaml --set run.name=auto_batch_gpt \
     --set run.output_dir=runs/gpu_check --set data.batch_size=auto --set train.grad_accum_steps=1 \
     --set train.max_steps=40 --set schedule.warmup_steps=5 --set train.eval_every=0 \
-    --set train.eval_steps=1 2>&1 | tee "$d/auto_batch_gpt.log" || rc=1
+    --set train.eval_batches=1 2>&1 | tee "$d/auto_batch_gpt.log" || rc=1
   for name in auto_workers_b256 auto_workers_b64 auto_batch_resnet auto_batch_gpt; do
     keep_run "runs/gpu_check/$name" "$d/runs/$name"
   done
@@ -289,7 +289,7 @@ stage_fused() {
     run "$BUILD_DIR/trainer" --config configs/gpt2-124m.yaml --set run.name="gpt2_b16_fused_$f" \
       --set run.output_dir=runs/gpu_check --set data.batch_size=16 --set train.grad_accum_steps=1 \
       --set train.max_steps=100 --set train.log_every=20 --set train.eval_every=0 \
-      --set train.eval_steps=1 --set model.fused=$f 2>&1 | tail -4 || rc=1
+      --set train.eval_batches=1 --set model.fused=$f 2>&1 | tail -4 || rc=1
     keep_run "runs/gpu_check/gpt2_b16_fused_$f" "$d/runs/gpt2_b16_fused_$f"
   done
   run python3 bench/torch_gpt2.py --tokens data_cache/fortunes_train.bin --modes eager,compile \

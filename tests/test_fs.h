@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include <filesystem>
+#include <string>
 
 namespace brrr::test {
 
@@ -22,6 +23,13 @@ inline void remove_tree(const std::filesystem::path& path) {
       },
       16, FTW_DEPTH | FTW_PHYS);
 }
+
+/// Runs `command` through the shell and returns what it printed on stdout; `*status` is its
+/// wait status (0 = exit 0), -1 when it could not be started. tests/test_support.cpp.
+std::string run_command(const std::string& command, int* status);
+
+/// Whether the Python of the build (BRRR_PYTHON) imports `module`.
+bool python_imports(const std::string& module);
 
 /// Removes `dir` (recursively) when the test program ends, if every test passed;
 /// tests/test_support.cpp.

@@ -107,6 +107,25 @@ const bool installed = [] {
 
 }  // namespace
 
+std::string brrr::test::run_command(const std::string& command, int* status) {
+  std::string out;
+  std::FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) {
+    *status = -1;
+    return out;
+  }
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) out.append(buf, n);
+  *status = pclose(pipe);
+  return out;
+}
+
+bool brrr::test::python_imports(const std::string& module) {
+  int status = 0;
+  run_command(std::string(BRRR_PYTHON) + " -c 'import " + module + "' >/dev/null 2>&1", &status);
+  return status == 0;
+}
+
 void brrr::test::remove_at_exit(const std::filesystem::path& dir) {
   std::lock_guard<std::mutex> lock(scratch_mutex);
   scratch_dirs().push_back(dir);

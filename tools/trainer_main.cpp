@@ -1,7 +1,5 @@
-// `trainer`: see trainer/cli.h.
-#include <string>
-#include <vector>
-
+// `trainer`: the whole command line is brrr::run_cli (trainer/cli/cli.h), which a program with its
+// own Trainer subclass, models or datasets calls the same way.
 #include "trainer/cli/cli.h"
 
-int main(int argc, char** argv) { return brrr::run_cli(std::vector<std::string>(argv + 1, argv + argc)); }
+int main(int argc, char** argv) { return brrr::run_cli(argc, argv); }

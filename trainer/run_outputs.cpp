@@ -48,6 +48,32 @@ std::string describe_run(const std::string& run_dir, const CheckpointStore& chec
   return out;
 }
 
+// A record's TensorBoard scalars: bookkeeping fields dropped, and evaluation metrics under
+// their plain names ("eval/loss", not "eval/val_loss"; metrics.jsonl keeps val_loss, the name
+// the config's metric keys use).
+std::map<std::string, double> tensorboard_scalars(const MetricRecord& record) {
+  std::map<std::string, double> scalars;
+  for (const auto& [name, value] : record.values) {
+    if (name == metric::kStep || name == metric::kTimeS || name == metric::kEpoch) continue;
+    const bool eval_metric = record.kind == RecordKind::kEval && name.rfind("val_", 0) == 0;
+    scalars[eval_metric ? name.substr(4) : name] = value;
+  }
+  return scalars;
+}
+
+// The config as a Markdown code block (indented, so no fence can be broken by its text).
+std::string markdown_code(const std::string& text) {
+  std::string out;
+  size_t start = 0;
+  while (start < text.size()) {
+    const size_t end = text.find('\n', start);
+    const size_t stop = end == std::string::npos ? text.size() : end;
+    out += "    " + text.substr(start, stop - start) + "\n";
+    start = stop + 1;
+  }
+  return out;
+}
+
 }  // namespace
 
 RunOutputs::RunOutputs(RunOutputsOptions options, const std::string& config_yaml)
@@ -67,6 +93,7 @@ RunOutputs::RunOutputs(RunOutputsOptions options, const std::string& config_yaml
   }
   jsonl_ = std::make_unique<JsonlWriter>((fs::path(options_.run_dir) / "metrics.jsonl").string());
   tensorboard_ = std::make_unique<TensorBoardWriter>(options_.run_dir);
+  tensorboard_->add_text(0, "config", markdown_code(config_yaml));
 }
 
 RunOutputs::~RunOutputs() = default;
@@ -195,12 +222,7 @@ void RunOutputs::record(MetricRecord record) {
   history_.push_back(record);
   if (!options_.write) return;
   jsonl_->write(to_json(record));
-  std::map<std::string, double> scalars;
-  for (const auto& [name, value] : record.values) {
-    if (name != metric::kStep && name != metric::kTimeS && name != metric::kEpoch)
-      scalars[name] = value;
-  }
-  tensorboard_->add_scalars(record.step, scalars, to_string(record.kind));
+  tensorboard_->add_scalars(record.step, tensorboard_scalars(record), to_string(record.kind));
   if (record.kind == RecordKind::kTrain && progress_) {
     ProgressStats stats;
     stats.step = record.step;
@@ -320,9 +342,11 @@ MetricRecord RunOutputs::make_summary(const RunFacts& facts) const {
     return n ? sum / static_cast<double>(n) : 0.0;
   };
   v[metric::kSamplesPerS] = median(metric::kSamplesPerS);
-  v[metric::kTokensPerS] = median(metric::kTokensPerS);
   v[metric::kSamplesPerSOverall] = static_cast<double>(facts.examples_seen) / elapsed;
-  v[metric::kTokensPerSOverall] = static_cast<double>(facts.tokens_seen) / elapsed;
+  if (facts.tokens_seen > 0) {
+    v[metric::kTokensPerS] = median(metric::kTokensPerS);
+    v[metric::kTokensPerSOverall] = static_cast<double>(facts.tokens_seen) / elapsed;
+  }
   v[metric::kDataWaitPct] = mean(metric::kDataWaitPct);
   v[metric::kHostDataWaitPct] = mean(metric::kHostDataWaitPct);
   v[metric::kNumWorkers] = static_cast<double>(facts.num_workers);

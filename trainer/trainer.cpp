@@ -210,11 +210,12 @@ void Trainer::setup() {
     if (p.requires_grad()) params_.push_back(p);
   }
   optimizer_ = configure_optimizers();
-  schedule_ = make_lr_schedule(config_.schedule, config_.optim.lr, config_.train.max_steps);
   scaler_ =
       std::make_unique<GradScaler>(config_.train.fp16, precision_ == Precision::kFP16, device_);
 
   build_data();
+  if (config_.train.max_epochs > 0) resolve_epochs();
+  schedule_ = make_lr_schedule(config_.schedule, config_.optim.lr, config_.train.max_steps);
 
   if (config_.train.ema_decay > 0) add_callback(std::make_shared<Ema>(config_.train.ema_decay));
   const auto& es = config_.train.early_stopping;
@@ -226,6 +227,28 @@ void Trainer::setup() {
         std::make_shared<BestCheckpoint>(config_.train.best_metric, config_.train.best_mode));
   }
   is_setup_ = true;
+}
+
+void Trainer::resolve_epochs() {
+  // The loader's epochs and the optimizer's steps need not align: with accumulation, a step's
+  // micro-batches may straddle two epochs. The run ends at the last whole step of the last epoch.
+  TrainOptions& t = config_.train;
+  const int64_t batches = train_loader_->batches_per_epoch();
+  steps_per_epoch_ = std::max<int64_t>(1, batches / t.grad_accum_steps);
+  t.max_steps = t.max_epochs * steps_per_epoch_;
+  if (batches < t.grad_accum_steps) {
+    log::warn("{}", config_message(config_, "train.grad_accum_steps",
+                                   fmt::format("{} is more than the {} batches of an epoch: one "
+                                               "step per epoch spans several epochs",
+                                               t.grad_accum_steps, batches)));
+  }
+}
+
+std::string Trainer::config_yaml() const {
+  if (config_.train.max_epochs == 0) return to_yaml(config_);
+  ExperimentConfig given = config_;
+  given.train.max_steps = 0;
+  return to_yaml(given);
 }
 
 void Trainer::use_channels_last_if_useful() {
@@ -309,7 +332,7 @@ void Trainer::build_data_and_loaders() {
         std::make_unique<Evaluator>(val_set_,
                                     make_loader_options(d, LoaderRole::kEval, placement)
                                         .stop_requested(stop_requested),
-                                    precision_, config_.train.eval_steps);
+                                    precision_, config_.train.eval_batches);
   }
 }
 
@@ -354,8 +377,10 @@ std::string Trainer::plan() {
   s += fmt::format("optimizer   {} lr {} wd {} fused {}; schedule {} (warmup {})\n",
                    config_.optim.name, config_.optim.lr, config_.optim.weight_decay,
                    config_.optim.fused, config_.schedule.name, config_.schedule.warmup_steps);
-  s += fmt::format("steps       {} (log every {}, eval every {}, checkpoint every {})\n",
-                   t.max_steps, t.log_every, t.eval_every, t.checkpoint_every);
+  const std::string epochs =
+      t.max_epochs > 0 ? fmt::format(" = {} epochs x {}", t.max_epochs, steps_per_epoch_) : "";
+  s += fmt::format("steps       {}{} (log every {}, eval every {}, checkpoint every {})\n",
+                   t.max_steps, epochs, t.log_every, t.eval_every, t.checkpoint_every);
   return s;
 }
 

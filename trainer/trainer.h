@@ -67,7 +67,7 @@ class Trainer {
   /// "auto" (the newest valid checkpoint of this run; afresh if it never wrote one; an error if
   /// none of its checkpoints is valid) or a checkpoint path.
   void fit(const std::string& resume = "");
-  /// Runs the validation set (train.eval_steps batches, or all) and returns val_* metrics.
+  /// Runs the validation set (train.eval_batches batches, or all) and returns val_* metrics.
   Metrics evaluate();
   /// Loads checkpoint `path` (weights, optimizer, schedule, RNG, counters) into the set-up
   /// trainer, e.g. before evaluate(). CheckpointError naming the file when it does not load.
@@ -119,6 +119,10 @@ class Trainer {
   void build_data();
   /// Conv weights to NHWC on CUDA when model.channels_last (tensor-core convolutions want it).
   void use_channels_last_if_useful();
+  // train.max_epochs -> train.max_steps, once the train loader knows its batches per epoch.
+  void resolve_epochs();
+  // The config as given (max_steps 0 when counted in epochs), which parse_config reads back.
+  std::string config_yaml() const;
   /// Which path each fused op takes, for plan() (--dry-run).
   std::string ops_plan() const;
   /// Resolves data.batch_size: auto and data.num_workers: auto by measuring (see auto_tune.h).
@@ -165,6 +169,7 @@ class Trainer {
   std::unique_ptr<GradScaler> scaler_;
   std::vector<at::Tensor> params_;               // trainable parameters, in model order
   std::shared_ptr<ImageNormalizer> normalizer_;  // device-resident mean/std of data.mean/std
+  int64_t steps_per_epoch_ = 0;                  // with train.max_epochs
   bool channels_last_ = false;                   // NHWC weights and images (conv models on CUDA)
   Precision precision_ = Precision::kFP32;       // train.precision, parsed once in setup()
   DatasetPtr train_set_, val_set_;

@@ -42,7 +42,7 @@ void Trainer::fit(const std::string& resume) {
   out_options.profile = t.profile;
   out_options.resume = resume;
   out_options.overwrite = config_.run.overwrite;
-  outputs_ = std::make_unique<RunOutputs>(out_options, to_yaml(config_));
+  outputs_ = std::make_unique<RunOutputs>(out_options, config_yaml());
   history_.clear();
   stop_reason_.reset();
   // The run's outputs live as long as this call, also when it ends by an exception.
@@ -207,7 +207,10 @@ void Trainer::log_window(WindowAccumulators& window, StepTimer& timer, int64_t s
   r[metric::kLr] = window.last_lr;
   if (window.grad_norm.defined()) r[metric::kGradNorm] = v[3];
   r[metric::kSamplesPerS] = elapsed_s > 0 ? static_cast<double>(window.examples) / elapsed_s : 0;
-  r[metric::kTokensPerS] = elapsed_s > 0 ? static_cast<double>(window.tokens) / elapsed_s : 0;
+  // Only a language model counts tokens; an image model has no tokens_per_s (not a 0).
+  if (window.tokens > 0) {
+    r[metric::kTokensPerS] = elapsed_s > 0 ? static_cast<double>(window.tokens) / elapsed_s : 0;
+  }
   r[metric::kStepTimeMs] = breakdown.step_ms;
   r[metric::kWindowSteps] = static_cast<double>(window.steps);
   // The time the device sat idle waiting for data (on CUDA a host wait hidden behind queued GPU

@@ -50,7 +50,7 @@ void Trainer::save_state(torch::serialize::OutputArchive& archive) {
     archive.write("callback_" + cb->name(), nested);
   }
   counters_.save(archive);
-  archive.write("config", c10::IValue(to_yaml(config_)));
+  archive.write("config", c10::IValue(config_yaml()));
 }
 
 void Trainer::load_state(torch::serialize::InputArchive& archive) {

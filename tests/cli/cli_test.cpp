@@ -29,6 +29,16 @@ TEST_F(CliTest, HelpAndVersionExitZero) {
   Result version = run({"--version"});
   EXPECT_EQ(version.exit_code, 0);
   EXPECT_EQ(version.out.rfind("brrr ", 0), 0u) << version.out;
+  // --help-config: every key, then the model and dataset names (a program's registered ones too).
+  Result keys = run({"--help-config"});
+  EXPECT_EQ(keys.exit_code, 0);
+  EXPECT_NE(keys.out.find("model.options "), std::string::npos) << keys.out;
+  EXPECT_NE(keys.out.find("or one given to brrr::register_model"), std::string::npos) << keys.out;
+  EXPECT_NE(keys.out.find("\nmodel.name: mlp, convnet, resnet18, resnet50, gpt\n"), std::string::npos)
+      << keys.out;
+  EXPECT_NE(keys.out.find("\ndata.dataset: fashion_mnist, image_folder, token_file, csv\n"),
+            std::string::npos)
+      << keys.out;
 }
 
 TEST_F(CliTest, UsageErrorsExitTwo) {

@@ -35,6 +35,24 @@ TEST_F(WeightsCliTest, ExportGivesSafetensorsThatPyTorchLoadsStrictly) {
   EXPECT_EQ(std::system(fmt::format("{} -c \"{}\"", BRRR_PYTHON, script).c_str()), 0) << script;
 }
 
+// Hugging Face names are for gpt weights only; a bad flag value is a usage error naming it.
+TEST_F(WeightsCliTest, ExportWithHfNamesRefusesWhatIsNotGpt) {
+  write_csv_experiment(2);
+  ASSERT_EQ(run({"--config", "exp.yaml"}).exit_code, 0);
+  Result mlp = run({"export", "runs/csvrun", "--names", "hf-gpt2"});
+  EXPECT_EQ(mlp.exit_code, 2) << mlp.err;
+  EXPECT_NE(mlp.err.find("trainer export --names hf-gpt2: "), std::string::npos) << mlp.err;
+  EXPECT_NE(mlp.err.find("not the weights of a brrr gpt model"), std::string::npos) << mlp.err;
+  Result names = run({"export", "runs/csvrun", "--names", "onnx"});
+  EXPECT_EQ(names.exit_code, 2);
+  EXPECT_NE(names.err.find("--names onnx is not one of brrr, hf-gpt2"), std::string::npos)
+      << names.err;
+  Result vocab = run({"export", "runs/csvrun", "--names", "hf-gpt2", "--vocab-size", "big"});
+  EXPECT_EQ(vocab.exit_code, 2);
+  EXPECT_NE(vocab.err.find("--vocab-size needs a positive integer, got 'big'"), std::string::npos)
+      << vocab.err;
+}
+
 TEST_F(WeightsCliTest, EvalScoresACheckpointAndWritesNoCheckpoint) {
   write_csv_experiment(4);
   ASSERT_EQ(run({"--config", "exp.yaml"}).exit_code, 0);

@@ -269,9 +269,12 @@ TEST(ConfigTest, EveryKeyIsRecognisedByOverrides) {
   for (const auto& key : keys) {
     if (key.find("[]") != std::string::npos) continue;
     ExperimentConfig c = parse_config(kMinimal);
-    // A mapping is no valid value of any key: the error must be about the value, not the key.
-    const std::string msg = config_error([&] { apply_override(c, key + "={a: 1}"); });
-    expect_contains(msg, "--set " + key + "={a: 1}: " + key);
+    // A mapping is no valid value of any key but the free-form option maps, and a sequence none
+    // of those: the error must be about the value, not the key.
+    const bool map = key.size() > 8 && key.compare(key.size() - 8, 8, ".options") == 0;
+    const std::string value = map ? "[1, 2]" : "{a: 1}";
+    const std::string msg = config_error([&] { apply_override(c, key + "=" + value); });
+    expect_contains(msg, "--set " + key + "=" + value + ": " + key);
     EXPECT_EQ(msg.find("unknown key"), std::string::npos) << msg;
   }
   expect_contains(config_reference(), "train.max_steps");
@@ -369,6 +372,93 @@ TEST(ConfigTest, CheckedInFixturesLoadWithTheirBase) {
   ASSERT_EQ(child.data.transforms.size(), 1u);
   EXPECT_EQ(child.data.transforms[0].size, (std::vector<int64_t>{32, 48}));
   EXPECT_TRUE(parse_config(to_yaml(child)) == child) << to_yaml(child);
+}
+
+// train.eval_steps meant batches per evaluation, Hugging Face's eval_steps means steps between
+// evaluations: the old name fails, in a file and in --set, naming the new one.
+TEST(ConfigTest, RenamedKeyIsAnErrorNamingTheNewKey) {
+  EXPECT_EQ(parse_error(kMinimal + "train:\n  eval_steps: 20\n"),
+            "train.eval_steps at exp.yaml:6:3: was renamed train.eval_batches (it is the number of "
+            "batches per evaluation; Hugging Face's eval_steps (steps between evaluations) is "
+            "train.eval_every)");
+  expect_contains(parse_error(kMinimal, {"train.eval_steps=20"}),
+                  "--set train.eval_steps=20: train.eval_steps: was renamed train.eval_batches");
+  EXPECT_EQ(parse_config(kMinimal + "train:\n  eval_batches: 20\n").train.eval_batches, 20);
+}
+
+// A file counts its run in steps or in epochs, never both.
+TEST(ConfigTest, MaxEpochsReplacesMaxStepsAndSettingBothIsAnError) {
+  const ExperimentConfig epochs = parse_config(kMinimal + "train:\n  max_epochs: 3\n");
+  EXPECT_EQ(epochs.train.max_epochs, 3);
+  EXPECT_EQ(epochs.train.max_steps, 0);  // sized from the data by the trainer
+  EXPECT_TRUE(parse_config(to_yaml(epochs)) == epochs);
+  EXPECT_EQ(parse_config(kMinimal, "exp.yaml", {"train.max_epochs=2"}).train.max_steps, 0);
+
+  EXPECT_EQ(parse_error(kMinimal + "train:\n  max_steps: 50\n  max_epochs: 3\n"),
+            "train.max_steps at exp.yaml:6:14: set exactly one of train.max_steps and "
+            "train.max_epochs (the other 0), got max_steps 50 and max_epochs 3");
+  EXPECT_EQ(parse_error(kMinimal + "train:\n  max_steps: 0\n"),
+            "train.max_steps at exp.yaml:6:14: set exactly one of train.max_steps and "
+            "train.max_epochs (the other 0), got max_steps 0 and max_epochs 0");
+  ExperimentConfig code = parse_config(kMinimal);
+  code.train.max_epochs = 2;  // in code, max_steps keeps its default: both are set
+  expect_contains(config_error([&] { validate(code); }), "set exactly one of train.max_steps");
+}
+
+// model.options / data.options: free-form maps for registered factories. Values keep their place,
+// typed reads fail like schema keys, base files and --set merge key by key, and a key the
+// factory never read is an error with a "did you mean".
+TEST(ConfigTest, OptionMapsAreTypedWhereTheyAreRead) {
+  const std::string text = "model:\n"
+                           "  name: tiny\n"
+                           "  options:\n"
+                           "    depth: four\n"
+                           "    widths: [8, 16]\n"
+                           "    gated: true\n"
+                           "data:\n"
+                           "  dataset: spirals\n"
+                           "  options: {size: 512, noise: 0.05, arms: [1, 2], label: spiral}\n";
+  ExperimentConfig c = parse_config(text, "exp.yaml", {"model.options.scale=0.5"});
+  const OptionMap& m = c.model.options;
+  EXPECT_EQ(m.names(), (std::vector<std::string>{"depth", "gated", "scale", "widths"}));
+  EXPECT_EQ(m.get_int_list("widths"), (std::vector<int64_t>{8, 16}));
+  EXPECT_TRUE(m.get_bool("gated"));
+  EXPECT_EQ(m.get_double("scale"), 0.5);
+  EXPECT_EQ(m.get_int("missing", 7), 7);
+  EXPECT_EQ(config_error([&] { m.get_int("depth"); }),
+            "model.options.depth at exp.yaml:4:12: expected an integer, got 'four'");
+  EXPECT_EQ(config_error([&] { m.get_int("layers"); }),
+            "model.options.layers is required but not set");
+  m.check_all_read("model 'tiny'");  // every option was read above (depth, though it failed)
+  const OptionMap& d = c.data.options;
+  EXPECT_EQ(d.get_int("size"), 512);
+  EXPECT_EQ(d.get_double_list("arms"), (std::vector<double>{1.0, 2.0}));
+  EXPECT_EQ(d.get_string("label"), "spiral");
+  EXPECT_EQ(config_error([&] { d.check_all_read("dataset 'spirals'"); }),
+            "data.options.noise at exp.yaml:9:31: is not an option of dataset 'spirals' (it reads: "
+            "arms, label, size)");
+  EXPECT_EQ(config_error([&] { d.get_bool("size"); }),
+            "data.options.size at exp.yaml:9:19: expected a boolean (true or false), got '512'");
+  // data.val inherits data's options when it sets none.
+  EXPECT_EQ(c.data.val.options, c.data.options);
+  // A typo gets the nearest name that was read.
+  ExperimentConfig typo = parse_config(text, "exp.yaml", {"model.options.widhts=3"});
+  const OptionMap& t = typo.model.options;
+  t.get_int_list("widths");
+  t.get_bool("gated");
+  t.get_string("depth");
+  EXPECT_EQ(config_error([&] { t.check_all_read("model 'tiny'"); }),
+            "--set model.options.widhts=3: model.options.widhts: is not an option of model 'tiny'; "
+            "did you mean 'widths'?");
+  // Round trip, and equality ignores where values were set.
+  EXPECT_TRUE(parse_config(to_yaml(c)) == c) << to_yaml(c);
+  expect_contains(to_yaml(c), "  options: {depth: four, gated: true, scale: 0.5, widths: [8, 16]}\n");
+  EXPECT_EQ(parse_error(kMinimal + "  options: [1, 2]\n"),
+            "data.options at exp.yaml:5:12: expected a mapping of options ({name: value, ...}), "
+            "got a sequence");
+  EXPECT_EQ(parse_error(kMinimal, {"model.options.a.b=1"}),
+            "--set model.options.a.b=1: model.options: option names must be plain names "
+            "(letters, digits, _)");
 }
 
 TEST(ConfigTest, ToYamlRoundTripsTheDefaultConfig) {

@@ -49,13 +49,30 @@ execute_process(COMMAND ${CMAKE_COMMAND} --build "${WORK_DIR}/build" RESULT_VARI
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "building examples/ against the installed brrr failed (${rc})")
 endif()
-execute_process(COMMAND "${WORK_DIR}/build/spiral_trainer" --steps 40 --out "${WORK_DIR}/runs"
+# The example is a whole `trainer` (brrr::run_cli) for its own registered dataset and model: train a
+# few steps from its YAML, then evaluate the checkpoint and catch a typo in its options.
+set(spirals "${BRRR_SOURCE_DIR}/examples/spirals.yaml")
+set(out_dir "run.output_dir=${WORK_DIR}/runs")
+execute_process(COMMAND "${WORK_DIR}/build/spiral_trainer" --config "${spirals}" --set "${out_dir}"
+    --set train.max_steps=40 --set train.eval_every=0 --set data.num_workers=0
   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-message(STATUS "spiral_trainer printed: ${out}")
-if(NOT rc EQUAL 0 OR NOT out MATCHES "final accuracy")
+message(STATUS "spiral_trainer printed: ${out}${err}")
+if(NOT rc EQUAL 0 OR NOT "${out}${err}" MATCHES "val_accuracy")
   message(FATAL_ERROR "spiral_trainer failed (rc=${rc}): ${out}\n${err}")
 endif()
 if(NOT EXISTS "${WORK_DIR}/runs/spirals/metrics.jsonl")
   message(FATAL_ERROR "spiral_trainer wrote no ${WORK_DIR}/runs/spirals/metrics.jsonl")
+endif()
+execute_process(COMMAND "${WORK_DIR}/build/spiral_trainer" eval --config "${spirals}" --set "${out_dir}"
+    --set data.num_workers=0 --checkpoint auto
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0 OR NOT out MATCHES "eval of .*step_00000040.pt \\(step 40\\): .*val_accuracy")
+  message(FATAL_ERROR "spiral_trainer eval failed (rc=${rc}): ${out}\n${err}")
+endif()
+execute_process(COMMAND "${WORK_DIR}/build/spiral_trainer" --config "${spirals}" --set "${out_dir}"
+    --set run.name=typo --set model.options.deph=3 --dry-run
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 2 OR NOT err MATCHES "model.options.deph: is not an option of model 'residual_mlp'; did you mean 'depth'")
+  message(FATAL_ERROR "a typo in model.options: expected exit 2 naming it (rc=${rc}): ${out}\n${err}")
 endif()
 file(REMOVE_RECURSE "${WORK_DIR}")

@@ -153,22 +153,26 @@ TEST(WeightsFileTest, MalformedFilesAreNamed) {
   }
 }
 
-TEST(WeightsFileTest, HuggingFaceGpt2GivesTransformersLogits) {
-  const std::string file = golden("hf_gpt2/model.safetensors");
-  if (!fs::exists(file)) GTEST_SKIP() << "transformers is not installed: no HF GPT-2 file";
-  TensorMap hf = read_weights_file(file);
-  ASSERT_TRUE(is_hf_gpt2(hf));
+// The GPT-2-shaped test model of tests/golden/gen_weights.py (2 layers, 4 heads, width 64).
+ModelOptions tiny_gpt(int64_t vocab_size) {
   ModelOptions o;
   o.name = "gpt";
   o.n_layer = 2;
   o.n_head = 4;
   o.n_embd = 64;
   o.block_size = 16;
-  o.vocab_size = 50304;  // padded to a multiple of 64, as brrr's GPT-2 configs do
+  o.vocab_size = vocab_size;
   o.dropout = 0.0;
-  o.bias = true;
-  o.tie_embeddings = true;
   o.fused = "false";
+  return o;
+}
+
+TEST(WeightsFileTest, HuggingFaceGpt2GivesTransformersLogits) {
+  const std::string file = golden("hf_gpt2/model.safetensors");
+  if (!fs::exists(file)) GTEST_SKIP() << "transformers is not installed: no HF GPT-2 file";
+  TensorMap hf = read_weights_file(file);
+  ASSERT_TRUE(is_hf_gpt2(hf));
+  const ModelOptions o = tiny_gpt(50304);  // padded to a multiple of 64, as brrr's GPT-2 configs do
   auto model = make_model(o);
   load_state_dict(*model, from_hf_gpt2(hf, o.vocab_size));
   const TensorMap expected = load_tensor_dict(golden("hf_gpt2_expected.pt"));
@@ -177,6 +181,70 @@ TEST(WeightsFileTest, HuggingFaceGpt2GivesTransformersLogits) {
   const at::Tensor logits =
       model->forward(expected.at("tokens")).slice(-1, 0, 50257);
   EXPECT_LT((logits - expected.at("logits")).abs().max().item<double>(), 1e-4);
+}
+
+TensorMap named_tensors(const torch::nn::Module& model) {
+  TensorMap out;
+  for (const auto& item : model.named_parameters()) out[item.key()] = item.value().detach();
+  for (const auto& item : model.named_buffers()) out[item.key()] = item.value().detach();
+  return out;
+}
+
+// Export to Hugging Face names and back: every Linear weight is transposed into Conv1D's layout,
+// the vocabulary is cut to the rows asked for, and importing the result restores brrr's tensors
+// exactly (the cut padding rows come back as zeros).
+TEST(WeightsFileTest, HfGpt2ExportIsTheInverseOfTheImport) {
+  torch::manual_seed(3);
+  auto model = make_model(tiny_gpt(64));
+  const TensorMap brrr = named_tensors(*model);
+  const TensorMap hf = to_hf_gpt2(brrr, 60);
+  EXPECT_TRUE(is_hf_gpt2(hf));
+  EXPECT_EQ(hf.at("transformer.h.1.attn.c_attn.weight").sizes(), (c10::IntArrayRef{64, 192}));
+  EXPECT_EQ(hf.at("transformer.h.0.mlp.c_fc.weight").sizes(), (c10::IntArrayRef{64, 256}));
+  EXPECT_EQ(hf.at("transformer.wte.weight").sizes(), (c10::IntArrayRef{60, 64}));
+  EXPECT_EQ(hf.at("lm_head.weight").sizes(), (c10::IntArrayRef{60, 64}));
+  EXPECT_TRUE(at::equal(hf.at("transformer.h.0.attn.c_proj.weight"),
+                        brrr.at("transformer.h.0.attn.c_proj.weight").t()));
+  const TensorMap back = from_hf_gpt2(hf, 64);
+  ASSERT_EQ(back.size(), brrr.size());
+  for (const auto& [name, tensor] : brrr) {
+    ASSERT_EQ(back.count(name), 1u) << name;
+    at::Tensor expected = tensor;
+    if (name == "transformer.wte.weight" || name == "lm_head.weight") {
+      expected = tensor.clone();
+      expected.slice(0, 60).zero_();
+    }
+    EXPECT_TRUE(at::equal(back.at(name), expected)) << name;
+  }
+  EXPECT_THROW(to_hf_gpt2(brrr, 65), Error);                          // fewer rows than asked
+  EXPECT_THROW(to_hf_gpt2(named_tensors(*golden_mlp()), 10), Error);  // not a gpt
+}
+
+// The exported file in transformers itself: GPT2LMHeadModel loads it with strict=True and
+// computes the logits brrr's model computes.
+TEST(WeightsFileTest, HfGpt2ExportLoadsIntoTransformersStrictly) {
+  if (!test::python_imports("transformers") || !test::python_imports("safetensors")) {
+    GTEST_SKIP() << "transformers or safetensors is not installed";
+  }
+  torch::manual_seed(4);
+  auto model = make_model(tiny_gpt(50304));
+  model->eval();
+  const fs::path dir = scratch("hf_export");
+  write_safetensors((dir / "model.safetensors").string(), to_hf_gpt2(named_tensors(*model), 50257));
+  const at::Tensor tokens = at::randint(0, 50257, {2, 16}, at::kLong);
+  at::Tensor logits;
+  {
+    torch::NoGradGuard no_grad;
+    logits = model->forward(tokens).slice(-1, 0, 50257).contiguous();
+  }
+  write_safetensors((dir / "expected.safetensors").string(), {{"tokens", tokens}, {"logits", logits}});
+  int status = 0;
+  const std::string out = test::run_command(
+      fmt::format("{} {}/tests/models/check_hf_export.py {} 2>&1", BRRR_PYTHON, BRRR_SOURCE_DIR,
+                  dir.string()),
+      &status);
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("strict load ok"), std::string::npos) << out;
 }
 
 }  // namespace

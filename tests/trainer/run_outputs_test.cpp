@@ -65,6 +65,33 @@ TEST(RunOutputsTest, WritesTheRunDirectory) {
   EXPECT_EQ(records[2].kind, RecordKind::kSummary);
 }
 
+// What TensorBoard shows of a run: eval metrics under their plain names, the config as text; and
+// a run that counted no tokens (not a language model) has no tokens_per_s in its summary.
+TEST(RunOutputsTest, TensorBoardHasEvalTagsAndTheConfigText) {
+  if (!test::python_imports("tensorboard")) GTEST_SKIP() << "python `tensorboard` not importable";
+  const fs::path dir = scratch("tb");
+  RunOutputsOptions options;
+  options.run_dir = dir.string();
+  {
+    RunOutputs outputs(options, "run: {name: x}\n");
+    exercise(outputs);
+  }
+  int status = 0;
+  const std::string out = test::run_command(
+      fmt::format("{} {}/tests/trainer/observe/read_tb_events.py {} 2>&1", BRRR_PYTHON,
+                  BRRR_SOURCE_DIR, dir.string()),
+      &status);
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("scalar\teval/loss\t1\t0.25\n"), std::string::npos) << out;
+  EXPECT_EQ(out.find("val_loss"), std::string::npos) << out;
+  EXPECT_NE(out.find("scalar\ttrain/loss\t1\t0.5\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("text\tconfig\t0\ttext\t'    run: {name: x}\\n'"), std::string::npos) << out;
+  const auto records = read_metric_records((dir / "metrics.jsonl").string());
+  ASSERT_EQ(records.back().kind, RecordKind::kSummary);
+  EXPECT_EQ(records.back().values.count("tokens_per_s"), 0u);
+  EXPECT_EQ(records.back().values.count("tokens_per_s_overall"), 0u);
+}
+
 TEST(RunOutputsTest, WithWriteOffNothingIsWrittenButRecordsAreKept) {
   const fs::path dir = scratch("off");
   RunOutputsOptions options;

@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -120,6 +121,64 @@ TEST(TrainerTest, NonFiniteLossStopsNamingTheStep) {
     EXPECT_NE(what.find("non-finite loss nan at step 3"), std::string::npos) << what;
     EXPECT_NE(what.find("last good checkpoint: none"), std::string::npos) << what;
   }
+}
+
+// 96 examples in batches of 16 = 6 batches an epoch; with accumulation 2 that is 3 steps an
+// epoch, so 2 epochs are 6 steps, and the loader has started its third epoch by the end.
+TEST(TrainerTest, MaxEpochsRunsWholeStepsOfThatManyEpochs) {
+  ExperimentConfig config = base_config(temp_dir("epochs"));
+  config.train.max_steps = 0;
+  config.train.max_epochs = 2;
+  config.train.grad_accum_steps = 2;
+  BlobTrainer trainer(config);
+  EXPECT_NE(trainer.plan().find("steps       6 = 2 epochs x 3 "), std::string::npos)
+      << trainer.plan();
+  trainer.fit();
+  EXPECT_EQ(trainer.step(), 6);
+  EXPECT_EQ(train_losses(trainer).size(), 6u);
+  // The run directory's config is the one given (parse_config reads it back).
+  const ExperimentConfig written =
+      load_config((fs::path(trainer.run_dir()) / "config.yaml").string());
+  EXPECT_EQ(written.train.max_epochs, 2);
+  EXPECT_EQ(written.train.max_steps, 0);
+}
+
+// An evaluation between two logging windows is not training time: with an evaluation hook that
+// takes 300 ms after every window, each window's rate still agrees with its own step time, and
+// that step time is the steps' (a tiny MLP: far below the 300 ms). The summary's pin_memory is
+// what the loader used (CPU: no pinned ring), not what the config asked for.
+class SlowEvalTrainer : public BlobTrainer {
+ public:
+  using BlobTrainer::BlobTrainer;
+
+ protected:
+  void on_eval_end(int64_t /*step*/, const Metrics& /*metrics*/) override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }
+};
+
+TEST(TrainerTest, EvaluationTimeIsNotCountedInTheNextWindow) {
+  ExperimentConfig config = base_config(temp_dir("slow_eval"));
+  config.train.max_steps = 8;
+  config.train.log_every = 2;
+  config.train.eval_every = 2;
+  ASSERT_TRUE(config.data.pin_memory);
+  SlowEvalTrainer trainer(config);
+  trainer.fit();
+  int windows = 0;
+  for (const auto& r : trainer.history()) {
+    if (r.kind == RecordKind::kSummary) {
+      EXPECT_EQ(r.values.at("pin_memory"), 0.0);
+    }
+    if (r.kind != RecordKind::kTrain) continue;
+    ++windows;
+    const double step_ms = r.values.at("step_time_ms");
+    const double examples = r.values.at("samples_per_s") * step_ms / 1e3 * r.values.at("window_steps");
+    EXPECT_NEAR(examples, 2 * 16, 1e-6) << "step " << r.step;
+    EXPECT_LT(step_ms, 150.0) << "step " << r.step;
+    EXPECT_EQ(r.values.count("tokens_per_s"), 0u) << "an image model counts no tokens";
+  }
+  EXPECT_EQ(windows, 4);
 }
 
 TEST(TrainerTest, EarlyStoppingStopsAfterPatienceEvaluations) {

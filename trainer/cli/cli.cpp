@@ -1,11 +1,13 @@
 #include "trainer/cli/cli.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 
 #include <c10/util/Exception.h>
+#include <fmt/ranges.h>
 
 #include "core/build_info.h"
 #include "core/config.h"
@@ -13,6 +15,8 @@
 #include "core/error.h"
 #include "core/json_lines.h"
 #include "core/log.h"
+#include "data/dataset_factory.h"
+#include "models/registry.h"
 #include "models/weights_file.h"
 #include "trainer/cli/embedded_configs.h"
 #include "trainer/report/report.h"
@@ -84,19 +88,32 @@ ExperimentConfig load(const Args& args) {
   return load_config(args.config, args.overrides);  // reports the unreadable file
 }
 
-int run_train(const std::vector<std::string>& argv) {
+std::unique_ptr<Trainer> make(const TrainerFactory& make_trainer, const ExperimentConfig& config) {
+  if (!make_trainer) return std::make_unique<Trainer>(config);
+  std::unique_ptr<Trainer> trainer = make_trainer(config);
+  if (!trainer) throw Error("the program's trainer factory returned no trainer");
+  return trainer;
+}
+
+// --help-config: the keys, then the names a program registered besides brrr's own.
+std::string help_config() {
+  return fmt::format("{}\nmodel.name: {}\ndata.dataset: {}\n", config_reference(),
+                     fmt::join(model_names(), ", "), fmt::join(dataset_names(), ", "));
+}
+
+int run_train(const std::vector<std::string>& argv, const TrainerFactory& make_trainer) {
   const Args args = parse_args(argv);
   const ExperimentConfig config = load(args);
   if (args.print_config) {
     std::cout << to_yaml(config);
     return 0;
   }
-  Trainer trainer(config);
+  const std::unique_ptr<Trainer> trainer = make(make_trainer, config);
   if (args.dry_run) {
-    std::cout << trainer.plan();
+    std::cout << trainer->plan();
     return 0;
   }
-  trainer.fit(args.resume);
+  trainer->fit(args.resume);
   if (const int sig = StopSignalGuard::pending()) {
     log::warn("stopped by signal {}; resume with --resume auto", sig);
     return 128 + sig;
@@ -129,12 +146,16 @@ std::string checkpoint_of(const std::string& target) {
 }
 
 int run_export_command(const std::vector<std::string>& argv) {
-  std::string target, out, format = "safetensors";
+  std::string target, out, format = "safetensors", names = "brrr", vocab = "50257";
   for (size_t i = 0; i < argv.size(); ++i) {
     if (is_flag(argv[i], "--out")) {
       out = take_value(argv, i, "--out");
     } else if (is_flag(argv[i], "--format")) {
       format = take_value(argv, i, "--format");
+    } else if (is_flag(argv[i], "--names")) {
+      names = take_value(argv, i, "--names");
+    } else if (is_flag(argv[i], "--vocab-size")) {
+      vocab = take_value(argv, i, "--vocab-size");
     } else if (argv[i].rfind("--", 0) == 0 || !target.empty()) {
       throw UsageError(fmt::format("trainer export: unexpected argument '{}'", argv[i]));
     } else {
@@ -149,14 +170,32 @@ int run_export_command(const std::vector<std::string>& argv) {
   if (verify_checkpoint_checksum(checkpoint) == ChecksumStatus::kMissing) {
     log::warn("checkpoint '{}' carries no checksum; exporting it unverified", checkpoint);
   }
-  const TensorMap weights = read_weights_file(checkpoint);
+  if (names != "brrr" && names != "hf-gpt2") {
+    throw UsageError(fmt::format("trainer export: --names {} is not one of brrr, hf-gpt2", names));
+  }
+  char* end = nullptr;
+  const long long vocab_size = std::strtoll(vocab.c_str(), &end, 10);
+  if (vocab.empty() || *end != '\0' || vocab_size <= 0) {
+    throw UsageError(fmt::format("trainer export: --vocab-size needs a positive integer, got '{}'",
+                                 vocab));
+  }
+  TensorMap weights = read_weights_file(checkpoint);
+  if (names == "hf-gpt2") {
+    try {
+      weights = to_hf_gpt2(weights, vocab_size);
+    } catch (const Error& e) {
+      throw UsageError(fmt::format("trainer export --names hf-gpt2: {}: {}", checkpoint, e.what()));
+    }
+  }
   if (out.empty()) out = fs::path(checkpoint).replace_extension(".safetensors").string();
   write_safetensors(out, weights, {{"format", "pt"}, {"brrr_checkpoint", checkpoint}});
-  log::info("exported {} tensors of {} to {}", weights.size(), checkpoint, out);
+  log::info("exported {} tensors of {} to {}{}", weights.size(), checkpoint, out,
+            names == "hf-gpt2" ? fmt::format(" (Hugging Face GPT-2 names, vocabulary {})", vocab_size)
+                               : "");
   return 0;
 }
 
-int run_eval_command(const std::vector<std::string>& argv) {
+int run_eval_command(const std::vector<std::string>& argv, const TrainerFactory& make_trainer) {
   std::vector<std::string> rest;
   std::string checkpoint;
   for (size_t i = 0; i < argv.size(); ++i) {
@@ -172,7 +211,8 @@ int run_eval_command(const std::vector<std::string>& argv) {
   if (config.data.val.dataset.empty()) {
     throw ConfigError("trainer eval: the config has no evaluation data (data.val.dataset)");
   }
-  Trainer trainer(config);
+  const std::unique_ptr<Trainer> made = make(make_trainer, config);
+  Trainer& trainer = *made;
   const std::string path = checkpoint == "auto" ? checkpoint_of(trainer.run_dir()) : checkpoint;
   trainer.load_checkpoint(path);
   const Metrics metrics = trainer.evaluate();
@@ -198,7 +238,7 @@ std::string cli_usage() {
   trainer --config FILE [--set KEY=VALUE]... [--resume auto|PATH] [--print-config] [--dry-run]
   trainer report RUN_DIR [RUN_DIR_2] [--out DIR]
   trainer eval --config FILE --checkpoint PATH|auto [--set KEY=VALUE]...
-  trainer export RUN_DIR|CHECKPOINT [--format safetensors] [--out FILE]
+  trainer export RUN_DIR|CHECKPOINT [--format safetensors] [--names brrr|hf-gpt2] [--out FILE]
   trainer --help | --help-config | --version
 
 Trains the experiment described by a YAML file (see configs/ and the README's configuration reference).
@@ -213,7 +253,9 @@ FILE may also name a config built into the binary: quickstart.
   eval                 the validation set on a checkpoint (auto: the run's newest); prints the metrics
                        and appends them to the run's eval.jsonl; trains and writes no checkpoint
   export               a checkpoint's (or a run's newest) model weights as safetensors, which
-                       safetensors.torch.load_file reads
+                       safetensors.torch.load_file reads; --names hf-gpt2 (gpt models) writes
+                       Hugging Face GPT2LMHeadModel's names and layout, the vocabulary cut to
+                       --vocab-size N (50257)
   --help-config        every configuration key with its type, default and meaning
 
 Exit status: 0 success, 2 usage or configuration error (or a run directory in use or holding
@@ -222,14 +264,19 @@ BRRR_DEBUG=1 prints libtorch's C++ stack trace with an error from libtorch.
 )";
 }
 
-int run_cli(const std::vector<std::string>& args) {
+int run_cli(int argc, char** argv, const TrainerFactory& make_trainer) {
+  return run_cli(std::vector<std::string>(argv + std::min(argc, 1), argv + std::max(argc, 0)),
+                 make_trainer);
+}
+
+int run_cli(const std::vector<std::string>& args, const TrainerFactory& make_trainer) {
   try {
     if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
       std::cout << cli_usage();
       return args.empty() ? 2 : 0;
     }
     if (args[0] == "--help-config") {
-      std::cout << config_reference();
+      std::cout << help_config();
       return 0;
     }
     if (args[0] == "--version") {
@@ -239,8 +286,8 @@ int run_cli(const std::vector<std::string>& args) {
     }
     if (args[0] == "report") return run_report_command({args.begin() + 1, args.end()});
     if (args[0] == "export") return run_export_command({args.begin() + 1, args.end()});
-    if (args[0] == "eval") return run_eval_command({args.begin() + 1, args.end()});
-    return run_train(args);
+    if (args[0] == "eval") return run_eval_command({args.begin() + 1, args.end()}, make_trainer);
+    return run_train(args, make_trainer);
   } catch (const ConfigError& e) {
     log::error("config error: {}", e.what());
     return 2;

@@ -90,6 +90,32 @@ std::string encode_scalar_event(double wall_time, int64_t step,
   return event;
 }
 
+std::string encode_text_event(double wall_time, int64_t step, const std::string& tag,
+                              const std::string& text) {
+  // What TensorBoard's text plugin reads: a Summary.Value whose metadata names the plugin and
+  // whose tensor is a scalar DT_STRING.
+  std::string plugin;
+  put_bytes(plugin, 1, "text");  // PluginData.plugin_name
+  std::string metadata;
+  put_bytes(metadata, 1, plugin);  // SummaryMetadata.plugin_data
+  std::string shape;               // TensorShapeProto without dims: a scalar
+  std::string tensor;
+  put_int64(tensor, 1, 7);        // TensorProto.dtype = DT_STRING
+  put_bytes(tensor, 2, shape);    // TensorProto.tensor_shape
+  put_bytes(tensor, 8, text);     // TensorProto.string_val
+  std::string value;
+  put_bytes(value, 1, tag);       // Summary.Value.tag
+  put_bytes(value, 9, metadata);  // Summary.Value.metadata
+  put_bytes(value, 8, tensor);    // Summary.Value.tensor
+  std::string summary;
+  put_bytes(summary, 1, value);
+  std::string event;
+  put_double(event, 1, wall_time);
+  put_int64(event, 2, step);
+  put_bytes(event, 5, summary);
+  return event;
+}
+
 std::string encode_file_version_event(double wall_time) {
   std::string event;
   put_double(event, 1, wall_time);
@@ -158,6 +184,12 @@ void TensorBoardWriter::add_scalars(int64_t step, const std::map<std::string, do
   if (std::chrono::duration<double>(now - last_flush_).count() >= options_.flush_secs) {
     flush_locked();
   }
+}
+
+void TensorBoardWriter::add_text(int64_t step, const std::string& tag, const std::string& text) {
+  const std::string event = detail::encode_text_event(unix_now(), step, tag, text);
+  std::lock_guard<std::mutex> lock(mutex_);
+  write_record(event);
 }
 
 void TensorBoardWriter::flush() {

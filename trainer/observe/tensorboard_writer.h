@@ -35,6 +35,8 @@ class TensorBoardWriter : public MetricWriter {
   /// "<name>" when prefix is empty). Values are stored as float32, as TensorBoard does.
   void add_scalars(int64_t step, const std::map<std::string, double>& scalars,
                    const std::string& prefix) override;
+  /// A text summary (TensorBoard's Text tab renders it as Markdown) at `step`, tagged `tag`.
+  void add_text(int64_t step, const std::string& tag, const std::string& text);
   void flush() override;
 
   /// Full path of the event file being written.
@@ -57,6 +59,10 @@ namespace detail {
 /// summary (5) = Summary{ repeated Value{ tag = 1, simple_value = 2 } }. Exposed for tests.
 std::string encode_scalar_event(double wall_time, int64_t step,
                                 const std::map<std::string, float>& tagged_values);
+/// The serialized `Event` of a text summary: Summary{ Value{ tag = 1, metadata = 9 {plugin_data
+/// {plugin_name "text"}}, tensor = 8 {dtype DT_STRING, scalar shape, string_val = text} } }.
+std::string encode_text_event(double wall_time, int64_t step, const std::string& tag,
+                              const std::string& text);
 /// The serialized header `Event`: wall_time, step 0 and file_version "brain.Event:2".
 std::string encode_file_version_event(double wall_time);
 /// TFRecord framing of `data`: u64 length, masked CRC-32C of the length, data, masked CRC of data.

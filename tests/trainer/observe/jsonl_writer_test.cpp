@@ -67,13 +67,10 @@ TEST(JsonlWriterTest, AppendsLinesThatPythonJsonReadsIdentically) {
                            "    line = line.rstrip('\\n')\n"
                            "    again = json.dumps(json.loads(line), ensure_ascii=False)\n"
                            "    print('same' if again == line else 'DIFF ' + again)\n";
-  std::FILE* pipe =
-      popen(fmt::format("{} {} {} 2>&1", BRRR_PYTHON, script.string(), path.string()).c_str(), "r");
-  ASSERT_NE(pipe, nullptr);
-  std::string out;
-  char buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) out.append(buf, n);
-  ASSERT_EQ(pclose(pipe), 0) << out;
+  int status = 0;
+  const std::string out = test::run_command(
+      fmt::format("{} {} {} 2>&1", BRRR_PYTHON, script.string(), path.string()), &status);
+  ASSERT_EQ(status, 0) << out;
   EXPECT_EQ(out, "same\nsame\n") << "C++ wrote:\n" << lines[0] << "\n" << lines[1];
 }
 

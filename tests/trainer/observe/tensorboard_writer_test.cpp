@@ -33,24 +33,6 @@ fs::path fresh_dir(const std::string& name) {
   return dir;
 }
 
-std::string run_command(const std::string& command, int* status) {
-  std::string out;
-  std::FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) {
-    *status = -1;
-    return out;
-  }
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) out.append(buf, n);
-  *status = pclose(pipe);
-  return out;
-}
-
-bool python_has_tensorboard() {
-  return std::system(BRRR_PYTHON " -c 'import tensorboard' >/dev/null 2>&1") == 0;
-}
-
 std::string read_bytes(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), {});
@@ -63,7 +45,7 @@ uint64_t le(const std::string& s, size_t pos, int bytes) {
 }
 
 TEST(TensorBoardWriterTest, ScalarsReadBackByTensorBoard) {
-  if (!python_has_tensorboard()) GTEST_SKIP() << "python `tensorboard` package not importable";
+  if (!test::python_imports("tensorboard")) GTEST_SKIP() << "python `tensorboard` package not importable";
   const fs::path dir = fresh_dir("readback");
   // (prefix, step, name, value); steps include a multi-byte varint beyond 2^32.
   const std::vector<std::tuple<std::string, int64_t, std::string, double>> written = {
@@ -80,11 +62,12 @@ TEST(TensorBoardWriterTest, ScalarsReadBackByTensorBoard) {
     writer.add_scalars(20, {{"loss", 1.0e-8}}, "train");
     writer.add_scalars(20, {{"val_loss", -0.125}}, "eval");
     writer.add_scalars(int64_t{1} << 40, {{"loss", 123456.789}}, "train");
+    writer.add_text(0, "config", "    run: {name: x}\n    seed: 1");
   }  // destruction flushes
 
   int status = 0;
   const std::string out =
-      run_command(fmt::format("{} {}/tests/trainer/observe/read_tb_events.py {} 2>&1", BRRR_PYTHON,
+      test::run_command(fmt::format("{} {}/tests/trainer/observe/read_tb_events.py {} 2>&1", BRRR_PYTHON,
                               BRRR_SOURCE_DIR, dir.string()),
                   &status);
   ASSERT_EQ(status, 0) << out;
@@ -94,6 +77,7 @@ TEST(TensorBoardWriterTest, ScalarsReadBackByTensorBoard) {
   std::vector<std::tuple<std::string, int64_t, double>> scalars;
   int records = -1;
   std::string version;
+  std::vector<std::string> texts;
   while (std::getline(lines, line)) {
     std::istringstream fields(line);
     std::string kind;
@@ -111,9 +95,14 @@ TEST(TensorBoardWriterTest, ScalarsReadBackByTensorBoard) {
       std::getline(fields, tag, '\t');
       fields >> step >> value;
       scalars.emplace_back(tag, step, value);
+    } else if (kind == "text") {
+      texts.push_back(line);
     }
   }
-  EXPECT_EQ(records, 5) << out;      // header + 4 events, every CRC verified by the reader
+  EXPECT_EQ(records, 6) << out;  // header + 5 events, every CRC verified by the reader
+  // The text plugin's record, read back through TensorBoard's tensor path.
+  EXPECT_EQ(texts, std::vector<std::string>{"text\tconfig\t0\ttext\t'    run: {name: x}\\n    seed: 1'"})
+      << out;
   EXPECT_EQ(version, "2.0") << out;  // EventAccumulator parses "brain.Event:2" to 2.0
   ASSERT_EQ(scalars.size(), written.size()) << out;
   for (const auto& [prefix, step, name, value] : written) {
