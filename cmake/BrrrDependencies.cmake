@@ -2,6 +2,20 @@
 # are compiled. Sets BRRR_HAVE_CUDA, BRRR_YAML_TARGET (the yaml-cpp target name of this version)
 # and BRRR_FMT_SHIM (see brrrFmtShim.cmake).
 
+# --- Gloo's headers, for c10d's CPU backend ---------------------------------------------------
+# libtorch contains Gloo and c10d's ProcessGroupGloo, but the pip wheel ships neither Gloo's
+# headers nor a CMake package for them; ProcessGroupGloo.hpp includes them. Debian/Ubuntu's
+# libgloo-dev provides the headers (only the headers are used: the code is libtorch's).
+find_path(BRRR_GLOO_INCLUDE_DIR gloo/algorithm.h)
+if(BRRR_GLOO_INCLUDE_DIR)
+  set(BRRR_HAVE_GLOO ON)
+  message(STATUS "brrr: Gloo headers in ${BRRR_GLOO_INCLUDE_DIR}: data-parallel training on CPU is on")
+else()
+  set(BRRR_HAVE_GLOO OFF)
+  message(STATUS "brrr: Gloo headers not found (Debian/Ubuntu: libgloo-dev): data-parallel "
+                 "training on CPU processes is off")
+endif()
+
 # --- libtorch, and CUDA ----------------------------------------------------------------------
 include(brrrFindTorch)
 brrr_find_torch(WANT_CUDA ${BRRR_CUDA})
@@ -63,7 +77,8 @@ find_package(Threads REQUIRED)
 
 # brrr_layer_sources(<out> <folder> [EXCLUDE <subfolder>...]): the folder's sources, recursively,
 # without the named sub-folders (layers of their own). Files named `*_cuda.cpp` or `*.cu` are
-# compiled only with CUDA; `*_nocuda.cpp` only without (the CPU stand-in of the same unit).
+# compiled only with CUDA; `*_nocuda.cpp` only without (the CPU stand-in of the same unit);
+# likewise `*_gloo.cpp` / `*_nogloo.cpp` with and without Gloo's headers.
 function(brrr_layer_sources out folder)
   cmake_parse_arguments(_ls "" "" "EXCLUDE" ${ARGN})
   file(GLOB_RECURSE _all CONFIGURE_DEPENDS
@@ -77,6 +92,12 @@ function(brrr_layer_sources out folder)
       endif()
     endforeach()
     if(_skip)
+      continue()
+    endif()
+    if(BRRR_HAVE_GLOO AND f MATCHES "_nogloo\\.cpp$")
+      continue()
+    endif()
+    if(NOT BRRR_HAVE_GLOO AND f MATCHES "_gloo\\.cpp$")
       continue()
     endif()
     if(BRRR_HAVE_CUDA AND f MATCHES "_nocuda\\.cpp$")

@@ -2,7 +2,7 @@
 # Installs everything brrr needs on a fresh Debian/Ubuntu machine (run as root). Idempotent: a
 # second run installs nothing and takes a second or two.
 #  - apt: compiler, CMake, ninja, ccache, yaml-cpp, fmt, GoogleTest, libjpeg-turbo, libpng, zlib,
-#         rsvg-convert (the report's PNGs), and the real data the quickstart and the text configs
+#         Gloo's headers (c10d's CPU backend in libtorch needs them to be used), rsvg-convert (the report's PNGs), and the real data the quickstart and the text configs
 #         use (Fashion-MNIST, fortunes).
 #  - pip: PyTorch 2.13.0 (its libtorch is what brrr links; PyPI's build is the CUDA 13.0 one),
 #         only when no torch is importable; tensorboard and Pillow (used by tests), when missing.
@@ -13,7 +13,7 @@ set -euo pipefail
 APT_PACKAGES=(
   g++ make cmake ninja-build ccache pkg-config git python3 python3-pip
   libyaml-cpp-dev libfmt-dev libgtest-dev libgmock-dev
-  libjpeg-dev libpng-dev zlib1g-dev librsvg2-bin
+  libjpeg-dev libpng-dev zlib1g-dev librsvg2-bin libgloo-dev
   dataset-fashion-mnist fortunes
 )
 
