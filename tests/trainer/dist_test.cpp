@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <ATen/ATen.h>
+#include <torch/torch.h>
 
 #include <chrono>
 #include <functional>
@@ -16,6 +17,7 @@
 
 #include "core/error.h"
 #include "trainer/dist/dist_env.h"
+#include "trainer/dist/grad_sync.h"
 #include "trainer/dist/process_group.h"
 
 namespace brrr {
@@ -180,6 +182,63 @@ TEST(ProcessGroupTest, ARankWhosePeersNeverComeFailsWithinTheTimeout) {
   });
   EXPECT_EQ(codes, (std::vector<int>{0}));
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 30.0);
+}
+
+// A small model whose initial weights depend on the seed only.
+torch::nn::Sequential make_net(uint64_t seed) {
+  torch::manual_seed(seed);
+  return torch::nn::Sequential(torch::nn::Linear(8, 16), torch::nn::ReLU(), torch::nn::Linear(16, 3));
+}
+
+// Gradients of the mean loss over `x`, `y` on the seed's model, computed in one process.
+std::vector<at::Tensor> reference_grads(const at::Tensor& x, const at::Tensor& y) {
+  auto net = make_net(7);
+  at::cross_entropy_loss(net->forward(x), y).backward();
+  std::vector<at::Tensor> out;
+  for (const auto& p : net->parameters()) out.push_back(p.grad().clone());
+  return out;
+}
+
+// 2 ranks x 2 micro-batches of 4 examples ≡ one process on the 16 examples: the Reducer
+// averages the accumulated gradients over the ranks on the last micro-batch only, and rank 1's
+// differently initialised model is overwritten by rank 0's at start. Done for two steps (the
+// second after the Reducer rebuilt its buckets).
+TEST(GradSyncTest, TwoRanksWithAccumulationEqualOneProcessOnTheWholeBatch) {
+  if (!gloo_available()) GTEST_SKIP() << "built without Gloo's headers";
+  torch::manual_seed(123);
+  const at::Tensor x = at::randn({2, 16, 8});
+  const at::Tensor y = at::randint(0, 3, {2, 16}, at::kLong);
+  const auto codes = run_ranks(2, [&](const DistEnv& env) {
+    auto group = make_process_group(env, c10::Device(c10::kCPU), std::chrono::seconds(30));
+    auto net = make_net(env.rank == 0 ? 7 : 99);
+    std::vector<at::Tensor> params = net->parameters();
+    broadcast_from_rank0(group, params);
+    std::vector<std::string> names;
+    for (const auto& item : net->named_parameters()) names.push_back(item.key());
+    GradSync sync(params, names, group);
+    for (int64_t step = 0; step < 2; ++step) {
+      for (auto& p : params) p.mutable_grad() = at::Tensor();
+      for (int64_t micro = 0; micro < 2; ++micro) {
+        const int64_t begin = env.rank * 8 + micro * 4;
+        sync.before_forward(/*sync=*/micro == 1);
+        const at::Tensor loss = at::cross_entropy_loss(net->forward(x[step].slice(0, begin, begin + 4)),
+                                                       y[step].slice(0, begin, begin + 4)) /
+                                2;
+        loss.backward();
+      }
+      const auto expected = reference_grads(x[step], y[step]);
+      for (size_t i = 0; i < params.size(); ++i) {
+        const double diff = (params[i].grad() - expected[i]).abs().max().item<double>();
+        if (diff > 1e-6) {
+          fprintf(stderr, "rank %ld step %ld %s: |diff| %g\n", static_cast<long>(env.rank),
+                  static_cast<long>(step), names[i].c_str(), diff);
+          return false;
+        }
+      }
+    }
+    return true;
+  });
+  EXPECT_EQ(codes, (std::vector<int>{0, 0}));
 }
 
 }  // namespace
