@@ -84,11 +84,13 @@ void register_dataset(const std::string& name, DatasetFactory factory) {
   if (is_built_in(name)) {
     throw std::invalid_argument("register_dataset('" + name + "'): brrr has a dataset of that name");
   }
-  if (find_registered(name)) {
-    throw std::invalid_argument("register_dataset('" + name + "'): registered already");
-  }
   Registered& r = registered();
-  std::lock_guard<std::mutex> lock(r.mutex);
+  std::lock_guard<std::mutex> lock(r.mutex);  // the check and the insertion under one lock
+  for (const auto& e : r.entries) {
+    if (e.first == name) {
+      throw std::invalid_argument("register_dataset('" + name + "'): registered already");
+    }
+  }
   r.entries.emplace_back(name, std::move(factory));
 }
 
