@@ -20,6 +20,15 @@ void check_size(int64_t n, const char* what) {
   if (n < 0) throw ConfigError(fmt::format("{}: dataset size must be >= 0, got {}", what, n));
 }
 
+void check_rank(int64_t rank, int64_t world_size, const char* what) {
+  if (world_size < 1) {
+    throw ConfigError(fmt::format("{}: world_size must be >= 1, got {}", what, world_size));
+  }
+  if (rank < 0 || rank >= world_size) {
+    throw ConfigError(fmt::format("{}: rank must be in [0, {}), got {}", what, world_size, rank));
+  }
+}
+
 }  // namespace
 
 SequentialSampler::SequentialSampler(int64_t n) : n_(n) {
@@ -47,14 +56,7 @@ DistributedSampler::DistributedSampler(int64_t n, int64_t rank, int64_t world_si
       seed_(seed),
       drop_last_(drop_last) {
   check_size(n, "DistributedSampler");
-  if (world_size < 1) {
-    throw ConfigError(
-        fmt::format("DistributedSampler: world_size must be >= 1, got {}", world_size));
-  }
-  if (rank < 0 || rank >= world_size) {
-    throw ConfigError(
-        fmt::format("DistributedSampler: rank must be in [0, {}), got {}", world_size, rank));
-  }
+  check_rank(rank, world_size, "DistributedSampler");
   per_rank_ = drop_last ? n / world_size : (n + world_size - 1) / world_size;
 }
 
@@ -74,6 +76,23 @@ std::vector<int64_t> DistributedSampler::indices(int64_t epoch) const {
   for (int64_t i = rank_; i < total; i += world_size_)
     shard.push_back(order[static_cast<size_t>(i)]);
   return shard;
+}
+
+StridedShardSampler::StridedShardSampler(int64_t n, int64_t rank, int64_t world_size)
+    : n_(n), rank_(rank), world_size_(world_size) {
+  check_size(n, "StridedShardSampler");
+  check_rank(rank, world_size, "StridedShardSampler");
+}
+
+std::vector<int64_t> StridedShardSampler::indices(int64_t /*epoch*/) const {
+  std::vector<int64_t> shard;
+  shard.reserve(static_cast<size_t>(size()));
+  for (int64_t i = rank_; i < n_; i += world_size_) shard.push_back(i);
+  return shard;
+}
+
+int64_t StridedShardSampler::size() const {
+  return rank_ < n_ ? (n_ - rank_ + world_size_ - 1) / world_size_ : 0;
 }
 
 }  // namespace brrr

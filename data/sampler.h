@@ -68,4 +68,20 @@ class DistributedSampler : public Sampler {
   int64_t per_rank_;  // indices per rank and epoch
 };
 
+/// The evaluation shard of rank `rank` among `world_size` ranks: examples rank, rank +
+/// world_size, rank + 2 * world_size, ... of [0, n), in order, without padding, so that over all
+/// ranks every example is evaluated exactly once (shards differ in size by at most one).
+class StridedShardSampler : public Sampler {
+ public:
+  /// Throws ConfigError when world_size < 1, rank outside [0, world_size) or n < 0.
+  StridedShardSampler(int64_t n, int64_t rank, int64_t world_size);
+  std::vector<int64_t> indices(int64_t epoch) const override;
+  int64_t size() const override;
+
+ private:
+  int64_t n_;
+  int64_t rank_;
+  int64_t world_size_;
+};
+
 }  // namespace brrr

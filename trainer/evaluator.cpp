@@ -13,11 +13,12 @@
 namespace brrr {
 
 Evaluator::Evaluator(DatasetPtr dataset, DataLoaderOptions loader_options, Precision precision,
-                     int64_t max_batches)
+                     int64_t max_batches, SumOverRanks sum_over_ranks)
     : dataset_(std::move(dataset)),
       loader_options_(std::move(loader_options)),
       precision_(precision),
-      max_batches_(max_batches) {}
+      max_batches_(max_batches),
+      sum_over_ranks_(std::move(sum_over_ranks)) {}
 
 Evaluator::~Evaluator() = default;
 
@@ -56,21 +57,26 @@ Metrics Evaluator::run(Model& model, const PrepareFunction& prepare, const StepF
     }
   }
   if (was_training) model.train();
-  if (examples == 0) {
-    throw Error(fmt::format("evaluation saw no examples ({})", dataset_->describe()));
-  }
 
-  // One read of every accumulated value.
+  // One read of every accumulated value (after one all-reduce of them all when data-parallel).
   std::vector<std::string> names = {"loss"};
-  std::vector<at::Tensor> parts = {loss_sum.reshape({1})};
+  std::vector<at::Tensor> parts = {loss_sum.reshape({1}),
+                                   at::full({1}, static_cast<double>(examples), opts)};
   for (const auto& [name, value] : sums) {
     names.push_back(name);
     parts.push_back(value.reshape({1}));
   }
-  const at::Tensor host = at::cat(parts).to(at::kCPU);
-  const double* v = host.data_ptr<double>();
+  at::Tensor totals = at::cat(parts);
+  if (sum_over_ranks_) sum_over_ranks_(totals);
+  const at::Tensor host = totals.to(at::kCPU);
+  const double* all = host.data_ptr<double>();
+  const double n = all[1];
+  if (n == 0) {
+    throw Error(fmt::format("evaluation saw no examples ({})", dataset_->describe()));
+  }
+  std::vector<double> v = {all[0]};
+  v.insert(v.end(), all + 2, all + host.numel());
   Metrics metrics;
-  const double n = static_cast<double>(examples);
   for (size_t i = 0; i < names.size(); ++i) {
     metrics[names[i] == "correct" ? metric::kValAccuracy : "val_" + names[i]] = v[i] / n;
   }

@@ -103,5 +103,28 @@ TEST(SamplerTest, DistributedRejectsBadRank) {
   }
 }
 
+TEST(SamplerTest, StridedShardsEvaluateEveryExampleExactlyOnce) {
+  for (int64_t n : {0, 1, 7, 23, 24}) {
+    for (int64_t ws : {1, 2, 3, 5, 8}) {
+      std::vector<int64_t> all;
+      int64_t smallest = n, largest = 0;
+      for (int64_t r = 0; r < ws; ++r) {
+        const StridedShardSampler s(n, r, ws);
+        const std::vector<int64_t> shard = s.indices(4);
+        EXPECT_EQ(static_cast<int64_t>(shard.size()), s.size()) << "n " << n << " ws " << ws;
+        EXPECT_TRUE(std::is_sorted(shard.begin(), shard.end()));
+        smallest = std::min(smallest, s.size());
+        largest = std::max(largest, s.size());
+        all.insert(all.end(), shard.begin(), shard.end());
+      }
+      std::sort(all.begin(), all.end());
+      EXPECT_EQ(all, SequentialSampler(n).indices(0)) << "n " << n << " ws " << ws;
+      EXPECT_LE(largest - smallest, 1) << "n " << n << " ws " << ws;
+    }
+  }
+  EXPECT_THROW(StridedShardSampler(10, 3, 3), ConfigError);
+  EXPECT_THROW(StridedShardSampler(10, 0, 0), ConfigError);
+}
+
 }  // namespace
 }  // namespace brrr
