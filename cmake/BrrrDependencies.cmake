@@ -56,6 +56,21 @@ else()
   message(STATUS "brrr: CUDA sources off (BRRR_CUDA=${BRRR_CUDA})")
 endif()
 
+# --- NCCL's header, for c10d's GPU backend ---------------------------------------------------
+# ProcessGroupNCCL.hpp includes nccl.h. The one of libtorch's own NCCL (the pip wheel's
+# nvidia/nccl) comes first, so the declarations match the library libtorch loads.
+set(BRRR_HAVE_NCCL OFF)
+if(BRRR_HAVE_CUDA)
+  find_path(BRRR_NCCL_INCLUDE_DIR nccl.h
+    HINTS "${BRRR_TORCH_PREFIX}/../nvidia/nccl/include" "${CUDAToolkit_INCLUDE_DIRS}")
+  if(BRRR_NCCL_INCLUDE_DIR)
+    set(BRRR_HAVE_NCCL ON)
+    message(STATUS "brrr: nccl.h in ${BRRR_NCCL_INCLUDE_DIR}: data-parallel training on GPUs is on")
+  else()
+    message(STATUS "brrr: nccl.h not found: data-parallel training on GPUs is off")
+  endif()
+endif()
+
 # --- system libraries ------------------------------------------------------------------------
 find_package(yaml-cpp REQUIRED)
 # yaml-cpp 0.7 (Debian 12) exports `yaml-cpp`, 0.8 (Ubuntu 24.04) `yaml-cpp::yaml-cpp`.
@@ -98,6 +113,12 @@ function(brrr_layer_sources out folder)
       continue()
     endif()
     if(NOT BRRR_HAVE_GLOO AND f MATCHES "_gloo\\.cpp$")
+      continue()
+    endif()
+    if(BRRR_HAVE_NCCL AND f MATCHES "_nonccl\\.cpp$")
+      continue()
+    endif()
+    if(NOT BRRR_HAVE_NCCL AND f MATCHES "_nccl\\.cpp$")
       continue()
     endif()
     if(BRRR_HAVE_CUDA AND f MATCHES "_nocuda\\.cpp$")

@@ -94,6 +94,9 @@ struct RunOptions {
   /// Resuming with a different data.batch_size than the checkpoint's is an error (else a
   /// warning: the data position is then approximate, to within one batch).
   bool strict_resume = false;
+  /// Data-parallel runs: how long a rank waits for the others (joining the group, a collective)
+  /// before it fails with an error instead of hanging.
+  double dist_timeout_s = 300.0;
 };
 
 /// `model:` — which model and its hyper-parameters (fields not used by a model are ignored by it).

@@ -78,6 +78,8 @@ std::vector<Field> make_config_fields() {
                "Starting afresh replaces an earlier run in the run directory (else refused)."),
       BRRR_CFG(run.strict_resume, R,
                "Resuming with another data.batch_size than the checkpoint's is an error."),
+      BRRR_CFG(run.dist_timeout_s, R.gt(0),
+               "Data-parallel: seconds a rank waits for the others before it fails."),
 
       BRRR_CFG(model.name, R.must_be_set(),
                "mlp, convnet, resnet18, resnet50, gpt, or one given to brrr::register_model."),

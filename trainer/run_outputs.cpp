@@ -100,6 +100,10 @@ RunOutputs::~RunOutputs() = default;
 
 void RunOutputs::resolve_start() {
   const std::string& resume = options_.resume;
+  if (options_.start_decided) {
+    if (!resume.empty()) resume_checkpoint_ = resume;
+    return;
+  }
   const std::string earlier = describe_run(options_.run_dir, *checkpoints_);
   if (resume == "auto") {
     if (auto latest = checkpoints_->latest()) {

@@ -58,6 +58,9 @@ struct RunOutputsOptions {
   std::string resume;
   /// run.overwrite: starting afresh replaces an earlier run in run_dir instead of refusing.
   bool overwrite = false;
+  /// `resume` is a decision already taken (by data-parallel rank 0, which alone writes): the
+  /// checkpoint to start from, or "" for afresh. Nothing is checked or resolved again.
+  bool start_decided = false;
 };
 
 /// What the summary record says about the run beyond its records.

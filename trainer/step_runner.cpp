@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include "trainer/dist/grad_sync.h"
 #include "trainer/observe/step_timer.h"
 #include "trainer/optim/grad_clip.h"
 #include "trainer/optim/grad_scaler.h"
@@ -41,6 +42,7 @@ void StepRunner::run(int64_t step, const BatchSource& next_batch, WindowAccumula
       timer->set_copy_events(fetched.copy_events);
       timer->mark(StepTimer::Mark::kForwardBegin);
     }
+    if (options_.grad_sync) options_.grad_sync->before_forward(/*sync=*/micro + 1 == accum);
     StepOutput out;
     {
       AutocastGuard autocast(options_.precision, options_.device);

@@ -10,6 +10,9 @@
 //    gradient Reducer hooks. Values are read on the host only by the caller, on logging steps.
 //  * Gradients accumulate over the micro-batches with the loss divided by grad_accum_steps, so N
 //    micro-batches of B/N give the update of one batch of B.
+//  * Data-parallel: only the last micro-batch's backward all-reduces (averages) the gradients,
+//    so every rank unscales, checks for inf, clips and steps on the same gradients: the scaler's
+//    decision and the clipping norm agree across ranks without further communication.
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
@@ -33,6 +36,7 @@ class Optimizer;
 class LrSchedule;
 class GradScaler;
 class StepTimer;
+class GradSync;
 
 /// One micro-batch as the step runner receives it: on the device, prepared for the model.
 struct FetchedBatch {
@@ -66,6 +70,9 @@ struct StepRunnerOptions {
   double max_grad_norm = 0.0;
   Precision precision = Precision::kFP32;
   c10::Device device = c10::Device(c10::kCPU);
+  /// Data-parallel: the gradients' all-reduce, armed for the last micro-batch's backward only
+  /// (null: one process). Owned by the caller.
+  GradSync* grad_sync = nullptr;
 };
 
 class StepRunner {

@@ -1,9 +1,11 @@
 #include "trainer/trainer.h"
 
 #include <fmt/ranges.h>
+#include <torch/cuda.h>
 
 #include <sched.h>
 
+#include <chrono>
 #include <filesystem>
 
 #include "core/device.h"
@@ -16,11 +18,15 @@
 #include "data/dataset_factory.h"
 #include "data/loader_options.h"
 #include "data/prefetcher.h"
+#include "data/sampler.h"
 #include "models/attention.h"
 #include "models/model.h"
 #include "models/registry.h"
 #include "models/state_dict.h"
 #include "models/weights_file.h"
+#include "trainer/dist/dist_context.h"
+#include "trainer/dist/dist_env.h"
+#include "trainer/dist/grad_sync.h"
 #include "trainer/evaluator.h"
 #include "trainer/optim/grad_scaler.h"
 #include "trainer/optim/lr_schedule.h"
@@ -73,7 +79,17 @@ void Trainer::notify(const std::function<void(Callback&)>& event) {
 }
 
 void Trainer::request_stop(const std::string& reason) {
-  if (!stop_reason_) stop_reason_ = reason;
+  // Data-parallel: the ranks vote after each step, and all stop after the same one.
+  std::optional<std::string>& slot = stop_vote_ ? stop_wanted_ : stop_reason_;
+  if (!slot) slot = reason;
+}
+
+int64_t Trainer::rank() const {
+  return dist_ ? dist_->rank() : 0;
+}
+
+int64_t Trainer::world_size() const {
+  return dist_ ? dist_->world_size() : 1;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -188,9 +204,52 @@ void Trainer::init_weights() {
   }
 }
 
+void Trainer::join_data_parallel() {
+  const std::optional<DistEnv> env = read_dist_env();
+  if (!env) return;
+  if (device_.is_cuda()) {
+    // One GPU per rank: the local rank's.
+    const std::string& name = config_.run.device;
+    if (name.rfind("cuda:", 0) == 0 && env->local_world_size > 1) {
+      throw ConfigError(config_message(
+          config_, "run.device",
+          fmt::format("'{}' puts all {} ranks of this machine on one GPU; use auto or cuda, "
+                      "which give rank r the GPU cuda:LOCAL_RANK",
+                      name, env->local_world_size)));
+    }
+    const int64_t count = static_cast<int64_t>(torch::cuda::device_count());
+    if (env->local_rank >= count) {
+      throw UsageError(fmt::format("LOCAL_RANK={} but this machine has {} visible GPU(s)",
+                                   env->local_rank, count));
+    }
+    device_ = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(env->local_rank));
+  }
+  const auto timeout = std::chrono::milliseconds(
+      static_cast<int64_t>(config_.run.dist_timeout_s * 1000.0));
+  dist_ = std::make_unique<DistContext>(*env, device_, timeout);
+  // The other ranks say only what goes wrong; rank 0 speaks for the run.
+  if (!dist_->is_main() && log::level() < log::Level::kWarn) log::set_level(log::Level::kWarn);
+  log::info("data-parallel: rank {} of {} on {} ({} backend)", dist_->rank(), dist_->world_size(),
+            device_.str(), device_.is_cuda() ? "NCCL" : "Gloo");
+}
+
+void Trainer::sync_model_across_ranks() {
+  if (!dist_) return;
+  std::vector<at::Tensor> state;
+  for (const auto& p : model_->parameters()) state.push_back(p);
+  for (const auto& b : model_->buffers()) state.push_back(b);
+  dist_->broadcast_from_rank0(state);
+  std::vector<std::string> names;
+  for (const auto& item : model_->named_parameters()) {
+    if (item.value().requires_grad()) names.push_back(item.key());
+  }
+  grad_sync_ = std::make_unique<GradSync>(params_, names, dist_->group());
+}
+
 void Trainer::setup() {
   if (is_setup_) return;
   device_ = resolve_device(config_.run.device);
+  if (!dist_) join_data_parallel();
   if (config_.run.num_threads > 0) at::set_num_threads(static_cast<int>(config_.run.num_threads));
   precision_ = parse_precision(config_.train.precision);
   if (device_.is_cuda()) {
@@ -209,6 +268,7 @@ void Trainer::setup() {
   for (const auto& p : model_->parameters()) {
     if (p.requires_grad()) params_.push_back(p);
   }
+  sync_model_across_ranks();
   optimizer_ = configure_optimizers();
   scaler_ =
       std::make_unique<GradScaler>(config_.train.fp16, precision_ == Precision::kFP16, device_);
@@ -315,10 +375,14 @@ void Trainer::build_data_and_loaders() {
   LoaderPlacement placement;
   placement.device = device_;
   placement.seed = config_.run.seed;
+  placement.rank = rank();
+  placement.world_size = world_size();
   const DataOptions& d = config_.data;
   // A stop request (SIGINT/SIGTERM) ends a wait for a batch, so a stuck loader cannot hold the
-  // run past it.
-  const auto stop_requested = [] { return StopSignalGuard::pending() != 0; };
+  // run past it. Not when data-parallel: a rank must not leave a step its peers complete (the
+  // stop vote ends the run after the step instead; data.timeout bounds a stuck loader).
+  const bool alone = !dist_;
+  const auto stop_requested = [alone] { return alone && StopSignalGuard::pending() != 0; };
   train_loader_ = std::make_unique<DataLoader>(
       train_set_,
       make_loader_options(d, LoaderRole::kTrain, placement).stop_requested(stop_requested));
@@ -328,11 +392,23 @@ void Trainer::build_data_and_loaders() {
                     d.batch_size, train_set_->size(), train_set_->describe()));
   }
   if (val_set_) {
-    evaluator_ =
-        std::make_unique<Evaluator>(val_set_,
-                                    make_loader_options(d, LoaderRole::kEval, placement)
-                                        .stop_requested(stop_requested),
-                                    precision_, config_.train.eval_batches);
+    DataLoaderOptions eval_options =
+        make_loader_options(d, LoaderRole::kEval, placement).stop_requested(stop_requested);
+    Evaluator::SumOverRanks sum_over_ranks;
+    if (dist_) {
+      // Each rank evaluates every world_size-th example, none twice (no padding).
+      if (val_set_->size() < dist_->world_size()) {
+        throw ConfigError(config_message(
+            config_, "data.val",
+            fmt::format("holds {} examples, fewer than the {} ranks that share it ({})",
+                        val_set_->size(), dist_->world_size(), val_set_->describe())));
+      }
+      eval_options.rank(0).world_size(1).sampler(std::make_shared<StridedShardSampler>(
+          val_set_->size(), dist_->rank(), dist_->world_size()));
+      sum_over_ranks = [this](at::Tensor& sums) { dist_->sum(sums); };
+    }
+    evaluator_ = std::make_unique<Evaluator>(val_set_, std::move(eval_options), precision_,
+                                             config_.train.eval_batches, sum_over_ranks);
   }
 }
 
@@ -368,9 +444,19 @@ std::string Trainer::plan() {
   s += fmt::format("ops         {}\n", ops_plan());
   s += fmt::format("data        {}\n", train_set_->describe());
   if (val_set_) s += fmt::format("val         {}\n", val_set_->describe());
-  s += fmt::format("batch       {} x {} accumulation = {} examples/step; {} batches/epoch\n",
-                   d.batch_size, t.grad_accum_steps, d.batch_size * t.grad_accum_steps,
-                   train_loader_->batches_per_epoch());
+  if (dist_) {
+    s += fmt::format("ranks       {} data-parallel ({}), this is rank {}\n", world_size(),
+                     device_.is_cuda() ? "NCCL" : "Gloo", rank());
+    s += fmt::format(
+        "batch       {} x {} accumulation x {} ranks = {} examples/step; {} batches/epoch per "
+        "rank\n",
+        d.batch_size, t.grad_accum_steps, world_size(),
+        d.batch_size * t.grad_accum_steps * world_size(), train_loader_->batches_per_epoch());
+  } else {
+    s += fmt::format("batch       {} x {} accumulation = {} examples/step; {} batches/epoch\n",
+                     d.batch_size, t.grad_accum_steps, d.batch_size * t.grad_accum_steps,
+                     train_loader_->batches_per_epoch());
+  }
   s += fmt::format("loader      num_workers {}, pin_memory {}, prefetch_factor {}, persistent {}\n",
                    d.num_workers, d.pin_memory && device_.is_cuda(), d.prefetch_factor,
                    d.persistent_workers);

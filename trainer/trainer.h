@@ -13,6 +13,13 @@
 //    non-finite flag are accumulated on the device and read only when a log line is written.
 //  * The checkpoint holds everything the next step depends on (weights, optimizer, schedule,
 //    scaler, RNG, loader position, counters, callbacks), so resume reproduces the run bit for bit.
+//
+// Data-parallel (started by torchrun or `trainer --nproc-per-node N`, see trainer/dist/): every
+// rank runs this same loop on its shard of the data with data.batch_size examples per
+// micro-batch; the gradients are all-reduced during backward, metrics are averaged over the
+// ranks, rank 0 alone writes the run's outputs and checkpoints, and a stop (a signal, a
+// callback's request_stop) takes effect on all ranks after the same step. Its checkpoints do
+// not depend on the number of ranks.
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
@@ -48,6 +55,9 @@ class ImageNormalizer;
 class RunOutputs;
 class StepRunner;
 class StepTimer;
+class DistContext;
+class GradSync;
+class StopVote;
 struct FetchedBatch;
 struct RunFacts;
 struct WindowAccumulators;
@@ -91,6 +101,10 @@ class Trainer {
   int64_t step() const { return counters_.step; }
   const TrainCounters& counters() const { return counters_; }
   const std::string& run_dir() const { return run_dir_; }
+  /// This process's data-parallel rank and the number of ranks (0 and 1 when alone). Known
+  /// after setup().
+  int64_t rank() const;
+  int64_t world_size() const;
   /// Every metric record of the last fit() (train windows, evaluations, the summary).
   const std::vector<MetricRecord>& history() const { return history_; }
 
@@ -117,6 +131,13 @@ class Trainer {
   friend class detail::HookCallback;
 
   void build_data();
+  /// Joins the data-parallel group when the environment says this is a distributed launch
+  /// (device_ becomes cuda:LOCAL_RANK on CUDA).
+  void join_data_parallel();
+  /// Rank 0's model state on every rank, and the gradient all-reduce over the parameters.
+  void sync_model_across_ranks();
+  /// Creates the RunOutputs of fit(): rank 0 decides where the run starts, the others follow.
+  void open_outputs(const std::string& resume);
   /// Conv weights to NHWC on CUDA when model.channels_last (tensor-core convolutions want it).
   void use_channels_last_if_useful();
   // train.max_epochs -> train.max_steps, once the train loader knows its batches per epoch.
@@ -151,7 +172,7 @@ class Trainer {
   void load_state(torch::serialize::InputArchive& archive);
   /// A checkpoint written with another data.batch_size: converts the data position (warning) or,
   /// with run.strict_resume, refuses.
-  void check_data_position(const std::string& saved_yaml);
+  void check_data_position(const std::string& saved_yaml, int64_t saved_world_size);
   /// Loads the checkpoint at `path` (model, optimizer, schedule, scaler, RNG, callbacks, counters).
   void resume_from(const std::string& path);
   /// Calls `event` on every callback, the hooks first: the one dispatch of every event.
@@ -176,6 +197,8 @@ class Trainer {
   std::unique_ptr<DataLoader> train_loader_;
   std::unique_ptr<Evaluator> evaluator_;
   std::vector<std::shared_ptr<Callback>> callbacks_;  // the hooks first
+  std::unique_ptr<DistContext> dist_;                 // data-parallel runs only
+  std::unique_ptr<GradSync> grad_sync_;               // data-parallel runs only
 
   // State of the run (checkpointed).
   TrainCounters counters_;
@@ -184,6 +207,8 @@ class Trainer {
   std::unique_ptr<RunOutputs> outputs_;
   std::unique_ptr<Prefetcher> prefetcher_;
   std::optional<std::string> stop_reason_;
+  std::optional<std::string> stop_wanted_;  // data-parallel: asked here, not yet agreed
+  std::unique_ptr<StopVote> stop_vote_;     // data-parallel
   std::string last_checkpoint_;
   std::vector<MetricRecord> history_;
 };

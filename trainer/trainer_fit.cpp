@@ -13,6 +13,7 @@
 #include "data/data_loader.h"
 #include "data/prefetcher.h"
 #include "models/model.h"
+#include "trainer/dist/dist_context.h"
 #include "trainer/evaluator.h"
 #include "trainer/observe/step_timer.h"
 #include "trainer/observe/sync_counter.h"
@@ -34,23 +35,17 @@ bool due(int64_t step, int64_t every) {
 void Trainer::fit(const std::string& resume) {
   setup();
   const TrainOptions& t = config_.train;
-  RunOutputsOptions out_options;
-  out_options.run_dir = run_dir_;
-  out_options.device = device_;
-  out_options.max_steps = t.max_steps;
-  out_options.keep_checkpoints = t.keep_checkpoints;
-  out_options.profile = t.profile;
-  out_options.resume = resume;
-  out_options.overwrite = config_.run.overwrite;
-  outputs_ = std::make_unique<RunOutputs>(out_options, config_yaml());
   history_.clear();
   stop_reason_.reset();
+  stop_wanted_.reset();
   // The run's outputs live as long as this call, also when it ends by an exception.
   const auto end_of_run = c10::make_scope_exit([this] {
-    history_ = outputs_->history();
+    if (outputs_) history_ = outputs_->history();
+    stop_vote_.reset();
     prefetcher_.reset();
     outputs_.reset();
   });
+  open_outputs(resume);
   if (const auto& from = outputs_->resume_checkpoint()) resume_from(*from);
 
   StopSignalGuard signals;
@@ -61,6 +56,7 @@ void Trainer::fit(const std::string& resume) {
   step_options.max_grad_norm = t.max_grad_norm;
   step_options.precision = precision_;
   step_options.device = device_;
+  step_options.grad_sync = grad_sync_.get();
   const StepRunner runner(step_options, params_, *optimizer_, *schedule_, *scaler_,
                           [this](const Batch& batch) { return training_step(batch); });
   const StepRunner::BatchSource next_batch = [this] { return next_train_batch(); };
@@ -69,6 +65,15 @@ void Trainer::fit(const std::string& resume) {
   outputs_->log(log::Level::kInfo,
                 fmt::format("training {} for {} steps on {} ({}), precision {}", config_.model.name,
                             t.max_steps, device_.str(), device_name(device_), t.precision));
+  if (dist_) {
+    outputs_->log(log::Level::kInfo,
+                  fmt::format("data-parallel on {} ranks: {} examples per step ({} per rank x {} "
+                              "micro-batches)",
+                              world_size(), config_.data.batch_size * t.grad_accum_steps *
+                                                world_size(),
+                              config_.data.batch_size, t.grad_accum_steps));
+    stop_vote_ = std::make_unique<StopVote>(*dist_);
+  }
   notify([this](Callback& cb) { cb.on_train_start(*this); });
   prefetcher_ = std::make_unique<Prefetcher>(*train_loader_, device_);
   prefetcher_->start_epoch(counters_.epoch, counters_.batches_in_epoch);
@@ -85,8 +90,10 @@ void Trainer::fit(const std::string& resume) {
     outputs_->profile_before_step(step);
     const int64_t examples = window.examples, tokens = window.tokens;
     if (!run_step_or_stop(runner, next_batch, window, timer, log_after)) break;
-    counters_.examples_seen += window.examples - examples;
-    counters_.tokens_seen += window.tokens - tokens;
+    // Counted over all ranks (they take equal micro-batches), so a checkpoint means the same on
+    // any number of ranks.
+    counters_.examples_seen += (window.examples - examples) * world_size();
+    counters_.tokens_seen += (window.tokens - tokens) * world_size();
     counters_.step = step + 1;
     outputs_->profile_after_step(counters_.step);
     notify([this](Callback& cb) { cb.on_step_end(*this, counters_.step); });
@@ -110,6 +117,9 @@ void Trainer::fit(const std::string& resume) {
     if (StopSignalGuard::pending() != 0) {
       request_stop(fmt::format("signal {} received", StopSignalGuard::pending()));
     }
+    if (stop_vote_ && stop_vote_->cast(stop_wanted_.has_value()) && !stop_reason_) {
+      stop_reason_ = stop_wanted_.value_or("another rank asked to stop");
+    }
     if (due(counters_.step, t.checkpoint_every) || last || stop_reason_) save_checkpoint();
     syncs.arm(true);
   }
@@ -119,6 +129,46 @@ void Trainer::fit(const std::string& resume) {
   }
   outputs_->finish(run_facts(total_syncs, steps_logged));
   notify([this](Callback& cb) { cb.on_train_end(*this); });
+}
+
+void Trainer::open_outputs(const std::string& resume) {
+  const TrainOptions& t = config_.train;
+  RunOutputsOptions options;
+  options.run_dir = run_dir_;
+  options.device = device_;
+  options.max_steps = t.max_steps;
+  options.keep_checkpoints = t.keep_checkpoints;
+  options.profile = t.profile;
+  options.resume = resume;
+  options.overwrite = config_.run.overwrite;
+  if (!dist_) {
+    outputs_ = std::make_unique<RunOutputs>(options, config_yaml());
+    return;
+  }
+  // Rank 0 alone writes the run directory and decides where the run starts (the checkpoint of
+  // --resume auto, or afresh); the other ranks follow that decision and write nothing.
+  constexpr char kFailed = '\x01';
+  std::string start;
+  if (dist_->is_main()) {
+    try {
+      outputs_ = std::make_unique<RunOutputs>(options, config_yaml());
+    } catch (...) {
+      dist_->from_rank0("where the run starts", std::string(1, kFailed));
+      throw;
+    }
+    start = outputs_->resume_checkpoint().value_or("");
+  }
+  start = dist_->from_rank0("where the run starts", start);
+  if (dist_->is_main()) return;
+  if (start == std::string(1, kFailed)) {
+    throw Error(fmt::format("rank {}: rank 0 could not open the run directory '{}' (its message "
+                            "says why)",
+                            rank(), run_dir_));
+  }
+  options.write = false;
+  options.resume = start;
+  options.start_decided = true;
+  outputs_ = std::make_unique<RunOutputs>(options, config_yaml());
 }
 
 bool Trainer::run_step_or_stop(const StepRunner& runner, const StepRunner::BatchSource& next_batch,
@@ -185,14 +235,33 @@ void Trainer::log_window(WindowAccumulators& window, StepTimer& timer, int64_t s
   std::vector<at::Tensor> parts = {window.loss_sum.reshape({1}), window.bad_loss.reshape({1}),
                                    window.first_bad.to(at::kFloat).reshape({1})};
   if (window.grad_norm.defined()) parts.push_back(window.grad_norm.to(at::kFloat).reshape({1}));
-  const at::Tensor host = at::cat(parts).to(at::kCPU).to(at::kDouble);
-  const double* v = host.data_ptr<double>();
-  if (v[2] >= 0) {
-    throw TrainingError(
-        fmt::format("non-finite loss {} at step {} (precision {}); last good checkpoint: {}", v[1],
-                    static_cast<int64_t>(v[2]) + 1, config_.train.precision,
-                    last_checkpoint_.empty() ? "none" : last_checkpoint_));
+  at::Tensor values = at::cat(parts).to(at::kDouble);
+  if (dist_) {
+    // Appended: the loss sum over all ranks and how many ranks saw a non-finite loss, so that
+    // every rank logs the same mean and stops at this same step. (The grad norm is the same on
+    // every rank: the gradients are.)
+    at::Tensor shared = at::stack({values[0], values[2].ge(0).to(at::kDouble)});
+    dist_->sum(shared);
+    values = at::cat({values, shared});
   }
+  const at::Tensor host = values.to(at::kCPU);
+  const double* v = host.data_ptr<double>();
+  const std::string where = dist_ ? fmt::format("rank {}: ", rank()) : "";
+  const std::string last_good = last_checkpoint_.empty() ? "none" : last_checkpoint_;
+  if (v[2] >= 0) {
+    throw TrainingError(fmt::format("{}non-finite loss {} at step {} (precision {}); last good "
+                                    "checkpoint: {}",
+                                    where, v[1], static_cast<int64_t>(v[2]) + 1,
+                                    config_.train.precision, last_good));
+  }
+  const int64_t n = host.numel();
+  if (dist_ && v[n - 1] > 0) {
+    throw TrainingError(fmt::format("{}the loss of {} other rank(s) was not finite in the window "
+                                    "that ends at step {} (precision {}); last good checkpoint: {}",
+                                    where, static_cast<int64_t>(v[n - 1]), counters_.step,
+                                    config_.train.precision, last_good));
+  }
+  const double loss_sum = dist_ ? v[n - 2] / static_cast<double>(world_size()) : v[0];
   const StepBreakdown breakdown = timer.collect();
   // The window's wall time as the step timer measured it (steps x step_ms): rates and the
   // breakdown then describe the same interval.
@@ -203,13 +272,17 @@ void Trainer::log_window(WindowAccumulators& window, StepTimer& timer, int64_t s
   record.step = counters_.step;
   auto& r = record.values;
   r[metric::kEpoch] = static_cast<double>(counters_.epoch);
-  r[metric::kLoss] = v[0] / static_cast<double>(window.steps);
+  r[metric::kLoss] = loss_sum / static_cast<double>(window.steps);
   r[metric::kLr] = window.last_lr;
   if (window.grad_norm.defined()) r[metric::kGradNorm] = v[3];
-  r[metric::kSamplesPerS] = elapsed_s > 0 ? static_cast<double>(window.examples) / elapsed_s : 0;
+  // Rates of the whole run: every rank trains on as many examples as this one.
+  const auto ranks = static_cast<double>(world_size());
+  r[metric::kSamplesPerS] =
+      elapsed_s > 0 ? ranks * static_cast<double>(window.examples) / elapsed_s : 0;
   // Only a language model counts tokens; an image model has no tokens_per_s (not a 0).
   if (window.tokens > 0) {
-    r[metric::kTokensPerS] = elapsed_s > 0 ? static_cast<double>(window.tokens) / elapsed_s : 0;
+    r[metric::kTokensPerS] =
+        elapsed_s > 0 ? ranks * static_cast<double>(window.tokens) / elapsed_s : 0;
   }
   r[metric::kStepTimeMs] = breakdown.step_ms;
   r[metric::kWindowSteps] = static_cast<double>(window.steps);

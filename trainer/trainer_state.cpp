@@ -51,6 +51,8 @@ void Trainer::save_state(torch::serialize::OutputArchive& archive) {
   }
   counters_.save(archive);
   archive.write("config", c10::IValue(config_yaml()));
+  // The data position (counters_.batches_in_epoch) counts micro-batches of one rank.
+  archive.write("world_size", c10::IValue(world_size()));
 }
 
 void Trainer::load_state(torch::serialize::InputArchive& archive) {
@@ -86,13 +88,15 @@ void Trainer::load_state(torch::serialize::InputArchive& archive) {
     if (archive.try_read("callback_" + cb->name(), nested)) cb->load(nested);
   }
   counters_.load(archive);
-  c10::IValue saved_config;
+  c10::IValue saved_config, saved_world;
+  const int64_t saved_world_size =
+      archive.try_read("world_size", saved_world) && saved_world.isInt() ? saved_world.toInt() : 1;
   if (archive.try_read("config", saved_config) && saved_config.isString()) {
-    check_data_position(saved_config.toStringRef());
+    check_data_position(saved_config.toStringRef(), saved_world_size);
   }
 }
 
-void Trainer::check_data_position(const std::string& saved_yaml) {
+void Trainer::check_data_position(const std::string& saved_yaml, int64_t saved_world_size) {
   int64_t saved_batch = 0;
   try {
     saved_batch = parse_config(saved_yaml, "<the checkpoint's config>").data.batch_size;
@@ -101,19 +105,32 @@ void Trainer::check_data_position(const std::string& saved_yaml) {
     return;
   }
   const int64_t batch = config_.data.batch_size;
-  if (saved_batch <= 0 || batch <= 0 || saved_batch == batch) return;
-  // The sample order of an epoch depends on (seed, epoch) only, so the position carries over
-  // in examples; it is exact only when the examples consumed divide by the new batch size.
-  const int64_t examples = counters_.batches_in_epoch * saved_batch;
-  const std::string what = fmt::format(
-      "the checkpoint was written with batch size {}, this run uses {}: its data position "
-      "(batch {} of epoch {}, {} examples in) becomes batch {}, approximate to within one batch",
-      saved_batch, batch, counters_.batches_in_epoch, counters_.epoch, examples, examples / batch);
-  if (config_.run.strict_resume) {
+  const int64_t ranks = world_size();
+  if (saved_batch <= 0 || batch <= 0) return;
+  if (saved_batch == batch && saved_world_size == ranks) return;
+  // The sample order of an epoch depends on (seed, epoch) only, and the ranks' shards interleave
+  // it (rank r takes positions r, r + N, ...), so after k micro-batches of B on each of N ranks
+  // the first k B N examples of the epoch are consumed, whatever N. The position carries over in
+  // examples; it is exact when those divide by the new batch times the new number of ranks.
+  const int64_t examples = counters_.batches_in_epoch * saved_batch * saved_world_size;
+  const int64_t per_batch = batch * ranks;
+  const bool exact = examples % per_batch == 0;
+  std::string what =
+      fmt::format("the checkpoint was written with batch size {} on {} rank(s), this run uses {} "
+                  "on {}: its data position (batch {} of epoch {}, {} examples in) becomes batch "
+                  "{}",
+                  saved_batch, saved_world_size, batch, ranks, counters_.batches_in_epoch,
+                  counters_.epoch, examples, examples / per_batch);
+  if (!exact) what += ", approximate to within one batch";
+  if (saved_batch != batch && config_.run.strict_resume) {
     throw ConfigError(config_message(config_, "data.batch_size", what + " (run.strict_resume)"));
   }
-  log::warn("resume: {}", what);
-  counters_.batches_in_epoch = examples / batch;
+  if (exact) {
+    log::info("resume: {}", what);
+  } else {
+    log::warn("resume: {}", what);
+  }
+  counters_.batches_in_epoch = examples / per_batch;
 }
 
 void Trainer::load_checkpoint(const std::string& path) {

@@ -11,6 +11,7 @@
 #include "data/loader_options.h"
 #include "models/model.h"
 #include "trainer/auto_tune.h"
+#include "trainer/dist/dist_context.h"
 #include "trainer/optim/grad_scaler.h"
 #include "trainer/optim/optimizer.h"
 #include "trainer/trainer.h"
@@ -81,6 +82,16 @@ void Trainer::auto_tune() {
       log::info("data.batch_size: auto -> {} ({}, precision {})", d.batch_size, choice.reason,
                 config_.train.precision);
     }
+    if (dist_) {
+      // Every rank must take the same micro-batches (the epochs and the all-reduces line up):
+      // the size that fits on every GPU.
+      const int64_t agreed = dist_->min(d.batch_size);
+      if (agreed != d.batch_size) {
+        log::info("data.batch_size: auto -> {} on every rank (the smallest any rank measured)",
+                  agreed);
+      }
+      d.batch_size = agreed;
+    }
   }
   if (d.num_workers < 0) {
     LoaderPlacement placement;
@@ -95,7 +106,10 @@ void Trainer::auto_tune() {
     sync();
     const double step_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / kSteps;
-    const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
+    // The ranks on one machine share its cores.
+    const int64_t ranks_here = dist_ ? std::max<int64_t>(1, dist_->env().local_world_size) : 1;
+    const int64_t cores =
+        std::max<int64_t>(1, std::thread::hardware_concurrency() / ranks_here);
     const auto choice = choose_num_workers(step_s, std::min<int64_t>(cores, 32), [&](int64_t n) {
       DataOptions trial = d;
       trial.num_workers = n;

@@ -112,7 +112,7 @@ TEST(ConfigTest, UnknownKeyNamesFileLineColumnAndNearestKey) {
   // Nothing close: the valid keys are listed.
   expect_contains(parse_error(kMinimal + "run:\n  colour: red\n"),
                   "unknown key 'run.colour' at exp.yaml:6:3 (valid keys in 'run': name, "
-                  "output_dir, seed, device, num_threads, overwrite, strict_resume)");
+                  "output_dir, seed, device, num_threads, overwrite, strict_resume, dist_timeout_s)");
   EXPECT_EQ(parse_error(kMinimal + "  transforms: [{name: resize, sise: 4}]\n"),
             "unknown key 'data.transforms[0].sise' at exp.yaml:5:31; did you mean "
             "'data.transforms[0].size'?");
@@ -133,7 +133,7 @@ TEST(ConfigTest, WrongTypeNamesKeyPositionAndValue) {
             "optim.betas[1] at exp.yaml:6:16: expected a number, got 'x'");
   EXPECT_EQ(parse_error(kMinimal + "run: 5\n"),
             "run at exp.yaml:5:6: expected a section of keys (name, output_dir, seed, device, "
-            "num_threads, overwrite, strict_resume), got '5'");
+            "num_threads, overwrite, strict_resume, dist_timeout_s), got '5'");
   EXPECT_EQ(parse_error(kMinimal + "train:\n  max_steps:\n"),
             "train.max_steps at exp.yaml:6:3: expected an integer, got nothing (null)");
 }

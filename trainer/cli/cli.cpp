@@ -19,6 +19,7 @@
 #include "models/registry.h"
 #include "models/weights_file.h"
 #include "trainer/cli/embedded_configs.h"
+#include "trainer/dist/launcher.h"
 #include "trainer/report/report.h"
 #include "trainer/signals.h"
 #include "trainer/trainer.h"
@@ -43,6 +44,9 @@ struct Args {
   std::string resume;
   bool print_config = false;
   bool dry_run = false;
+  /// --nproc-per-node N: launch N local ranks running `rank_args` (0 = train here).
+  int64_t nproc_per_node = 0;
+  std::vector<std::string> rank_args;
 };
 
 std::string take_value(const std::vector<std::string>& args, size_t& i, const std::string& flag) {
@@ -61,6 +65,7 @@ Args parse_args(const std::vector<std::string>& args) {
   Args out;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
+    const size_t first = i;
     if (is_flag(a, "--config")) {
       out.config = take_value(args, i, "--config");
     } else if (is_flag(a, "--set")) {
@@ -71,9 +76,22 @@ Args parse_args(const std::vector<std::string>& args) {
       out.print_config = true;
     } else if (a == "--dry-run") {
       out.dry_run = true;
+    } else if (is_flag(a, "--nproc-per-node")) {
+      const std::string n = take_value(args, i, "--nproc-per-node");
+      char* end = nullptr;
+      const long long v = std::strtoll(n.c_str(), &end, 10);
+      if (n.empty() || *end != '\0' || v < 1) {
+        throw UsageError(
+            fmt::format("--nproc-per-node needs a number of ranks >= 1, got '{}'", n));
+      }
+      out.nproc_per_node = v;
+      continue;  // the ranks do not get it
     } else {
       throw UsageError(fmt::format("unknown argument '{}' (see trainer --help)", a));
     }
+    // Every argument but --nproc-per-node is also the ranks' (when launching them).
+    out.rank_args.insert(out.rank_args.end(), args.begin() + static_cast<std::ptrdiff_t>(first),
+                         args.begin() + static_cast<std::ptrdiff_t>(i) + 1);
   }
   if (out.config.empty()) throw UsageError("missing --config FILE (see trainer --help)");
   return out;
@@ -107,6 +125,13 @@ int run_train(const std::vector<std::string>& argv, const TrainerFactory& make_t
   if (args.print_config) {
     std::cout << to_yaml(config);
     return 0;
+  }
+  if (args.nproc_per_node > 0 && !args.dry_run) {
+    // The config is read (and any error in it reported) once, here, before any rank starts.
+    LaunchOptions launch;
+    launch.nproc = args.nproc_per_node;
+    launch.args = args.rank_args;
+    return launch_local_ranks(launch);
   }
   const std::unique_ptr<Trainer> trainer = make(make_trainer, config);
   if (args.dry_run) {
@@ -236,6 +261,7 @@ int run_eval_command(const std::vector<std::string>& argv, const TrainerFactory&
 std::string cli_usage() {
   return R"(usage:
   trainer --config FILE [--set KEY=VALUE]... [--resume auto|PATH] [--print-config] [--dry-run]
+          [--nproc-per-node N]
   trainer report RUN_DIR [RUN_DIR_2] [--out DIR]
   trainer eval --config FILE --checkpoint PATH|auto [--set KEY=VALUE]...
   trainer export RUN_DIR|CHECKPOINT [--format safetensors] [--names brrr|hf-gpt2] [--out FILE]
@@ -249,6 +275,9 @@ FILE may also name a config built into the binary: quickstart.
   --resume auto|PATH   continue from the newest checkpoint of the run, or from PATH
   --print-config       print the fully resolved config as YAML and exit
   --dry-run            build everything, print the plan (device, precision, model, batch, loader) and exit
+  --nproc-per-node N   data-parallel training on N ranks of this machine (one GPU each on CUDA,
+                       Gloo processes on CPU); data.batch_size is per rank. torchrun
+                       --nproc-per-node N --no-python trainer --config FILE works too
   report               plots and a summary of finished runs (two runs are overlaid: baseline vs tuned)
   eval                 the validation set on a checkpoint (auto: the run's newest); prints the metrics
                        and appends them to the run's eval.jsonl; trains and writes no checkpoint
@@ -259,7 +288,8 @@ FILE may also name a config built into the binary: quickstart.
   --help-config        every configuration key with its type, default and meaning
 
 Exit status: 0 success, 2 usage or configuration error (or a run directory in use or holding
-a run), 1 failure while running, 128+N stopped by signal N after saving a checkpoint.
+a run), 1 failure while running, 128+N stopped by signal N after saving a checkpoint. With
+--nproc-per-node: the status of the first rank that failed (named on stderr).
 BRRR_DEBUG=1 prints libtorch's C++ stack trace with an error from libtorch.
 )";
 }

@@ -24,8 +24,8 @@ struct DistEnv {
 
 /// Reads the variables through `get` (getenv by default). No RANK and no WORLD_SIZE: not a
 /// distributed launch (nullopt). Otherwise every variable must be there and consistent; a
-/// missing or bad one is a UsageError naming it and its value ("RANK=2 is not below
-/// WORLD_SIZE=2"). LOCAL_RANK and LOCAL_WORLD_SIZE may both be absent (one machine: they are
+/// missing or bad one is a UsageError naming it and its value ("RANK=2 is not in [0,
+/// WORLD_SIZE=2)"). LOCAL_RANK and LOCAL_WORLD_SIZE may both be absent (one machine: they are
 /// RANK and WORLD_SIZE).
 std::optional<DistEnv> read_dist_env(
     const std::function<const char*(const char*)>& get = [](const char* name) {

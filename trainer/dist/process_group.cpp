@@ -30,13 +30,19 @@ c10::intrusive_ptr<c10d::ProcessGroup> make_process_group(const DistEnv& env,
   const int rank = static_cast<int>(env.rank);
   const int size = static_cast<int>(env.world_size);
   auto group = c10::make_intrusive<c10d::ProcessGroup>(prefixed, rank, size);
-  if (!device.is_cpu()) {
-    throw Error(fmt::format("a process group for {} tensors is not built yet (CPU/Gloo only)",
+  if (device.is_cuda()) {
+    auto backend = detail::make_nccl_backend(prefixed, rank, size, timeout, device);
+    group->setDefaultBackend(c10d::ProcessGroup::BackendType::NCCL);
+    group->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::NCCL, backend);
+    group->setBoundDeviceId(device);
+  } else if (device.is_cpu()) {
+    auto backend = detail::make_gloo_backend(prefixed, rank, size, timeout);
+    group->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
+    group->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, backend);
+  } else {
+    throw Error(fmt::format("data-parallel training on {} tensors is not supported (cpu or cuda)",
                             device.str()));
   }
-  auto backend = detail::make_gloo_backend(prefixed, rank, size, timeout);
-  group->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
-  group->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, backend);
   return group;
 }
 

@@ -1,0 +1,106 @@
+#include "trainer/dist/dist_context.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/Event.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+#include <fmt/format.h>
+
+#include <limits>
+
+#include "core/error.h"
+#include "trainer/dist/grad_sync.h"
+#include "trainer/dist/process_group.h"
+
+namespace brrr {
+
+namespace {
+
+// A collective's failure (a peer gone, the timeout passed) as brrr's error, naming this rank.
+template <typename F>
+void collective(const DistContext& dist, const char* what, F&& body) {
+  try {
+    body();
+  } catch (const std::exception& e) {
+    throw Error(
+        fmt::format("rank {} of {}: {} failed (another rank stopped or did not reach it "
+                    "within run.dist_timeout_s): {}",
+                    dist.rank(), dist.world_size(), what, e.what()));
+  }
+}
+
+}  // namespace
+
+DistContext::DistContext(const DistEnv& env, c10::Device device, std::chrono::milliseconds timeout)
+    : env_(env), device_(device), group_(make_process_group(env, device, timeout)) {}
+
+DistContext::~DistContext() = default;
+
+void DistContext::sum(at::Tensor& tensor) const {
+  collective(*this, "an all-reduce", [&] {
+    std::vector<at::Tensor> tensors = {tensor};
+    group_->allreduce(tensors)->wait();
+  });
+}
+
+int64_t DistContext::min(int64_t value) const {
+  at::Tensor t = at::full({1}, value, at::TensorOptions().dtype(at::kLong).device(device_));
+  collective(*this, "agreeing on a value", [&] {
+    std::vector<at::Tensor> tensors = {t};
+    c10d::AllreduceOptions options;
+    options.reduceOp = c10d::ReduceOp::MIN;
+    group_->allreduce(tensors, options)->wait();
+  });
+  return t.cpu().item<int64_t>();
+}
+
+std::string DistContext::from_rank0(const std::string& what, const std::string& value) {
+  const auto store = group_->getStore();
+  const std::string full = fmt::format("brrr/agree/{}", agreements_++);
+  std::string out;
+  collective(*this, fmt::format("agreeing on {}", what).c_str(), [&] {
+    if (is_main()) store->set(full, std::vector<uint8_t>(value.begin(), value.end()));
+    const std::vector<uint8_t> got = store->get(full);  // waits for rank 0, up to the timeout
+    out.assign(got.begin(), got.end());
+  });
+  return out;
+}
+
+void DistContext::broadcast_from_rank0(const std::vector<at::Tensor>& tensors) const {
+  collective(*this, "broadcasting rank 0's model",
+             [&] { brrr::broadcast_from_rank0(group_, tensors); });
+}
+
+StopVote::StopVote(const DistContext& dist) : dist_(dist) {}
+
+StopVote::~StopVote() = default;
+
+bool StopVote::cast(bool want_stop) {
+  bool previous = false;
+  if (pending_.defined()) {
+    if (ready_) ready_->synchronize();  // the previous step's vote; this step's work runs on
+    previous = pending_.item<int32_t>() != 0;
+  }
+  const c10::Device device = dist_.device();
+  const bool cuda = device.is_cuda();
+  at::Tensor vote =
+      at::full({1}, want_stop ? 1 : 0, at::TensorOptions().dtype(at::kInt).device(device));
+  collective(dist_, "the stop vote", [&] {
+    std::vector<at::Tensor> tensors = {vote};
+    c10d::AllreduceOptions options;
+    options.reduceOp = c10d::ReduceOp::MAX;
+    // On CUDA wait() only orders the compute stream after the all-reduce; nothing blocks here.
+    dist_.group()->allreduce(tensors, options)->wait();
+  });
+  if (cuda) {
+    pending_ = at::empty({1}, at::TensorOptions().dtype(at::kInt).pinned_memory(true));
+    pending_.copy_(vote, /*non_blocking=*/true);
+    ready_ = std::make_shared<c10::Event>(c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT);
+    c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
+    ready_->record(impl.getStream(device));
+  } else {
+    pending_ = vote;
+  }
+  return previous;
+}
+
+}  // namespace brrr
