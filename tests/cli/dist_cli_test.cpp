@@ -29,16 +29,18 @@ class DistCliTest : public CliTest {
     write_csv_experiment(12);
   }
 
-  // The losses of every train record of run `name`, by step.
-  std::map<int64_t, double> losses(const std::string& name) {
+  // Metric `key` of every record of kind `kind` of run `name`, by step.
+  std::map<int64_t, double> series(const std::string& name, const std::string& kind = "train",
+                                   const std::string& key = "loss") {
     std::map<int64_t, double> out;
     for (const auto& r : read_json_lines((dir_ / "runs" / name / "metrics.jsonl").string())) {
-      if (r.strings.count("kind") && r.strings.at("kind") == "train") {
-        out[static_cast<int64_t>(r.numbers.at("step"))] = r.numbers.at("loss");
+      if (r.strings.count("kind") && r.strings.at("kind") == kind) {
+        out[static_cast<int64_t>(r.numbers.at("step"))] = r.numbers.at(key);
       }
     }
     return out;
   }
+  std::map<int64_t, double> losses(const std::string& name) { return series(name); }
 
   // The weights of run `name`'s newest checkpoint (trainer export).
   TensorMap weights(const std::string& name) {
@@ -143,7 +145,10 @@ TEST_F(DistCliTest, TwoRanksEqualOneRankWithTwiceTheBatch) {
   BRRR_NEED_GLOO();
   // 512 examples: 16 steps per epoch either way; 18 steps cross an epoch boundary. Clipping on
   // (its norm is over the all-reduced gradients), momentum SGD.
-  const std::vector<std::string> common = {"train.max_steps=18", "train.max_grad_norm=0.5"};
+  // Evaluation every 9 steps on a validation set that 2 ranks shard (256 examples each).
+  const std::vector<std::string> common = {"train.max_steps=18", "train.max_grad_norm=0.5",
+                                           "data.val.dataset=csv", "data.val.path=train.csv",
+                                           "train.eval_every=9"};
   auto with = [&](std::vector<std::string> more) {
     more.insert(more.end(), common.begin(), common.end());
     return more;
@@ -163,6 +168,12 @@ TEST_F(DistCliTest, TwoRanksEqualOneRankWithTwiceTheBatch) {
   ASSERT_EQ(reference.size(), 18u);
   expect_close(losses("two"), reference, 1e-6, "2 ranks x 16");
   expect_close(losses("accum"), reference, 1e-6, "2 ranks x 2 x 8");
+  for (const char* metric : {"val_loss", "val_accuracy"}) {
+    const auto evals = series("one", "eval", metric);
+    ASSERT_EQ(evals.size(), 2u) << metric;
+    expect_close(series("two", "eval", metric), evals, 1e-6, metric);
+    expect_close(series("accum", "eval", metric), evals, 1e-6, metric);
+  }
   const TensorMap w1 = weights("one");
   expect_same_weights(weights("two"), w1, 1e-6);
   expect_same_weights(weights("accum"), w1, 1e-6);

@@ -200,7 +200,8 @@ std::vector<at::Tensor> reference_grads(const at::Tensor& x, const at::Tensor& y
 }
 
 // 2 ranks x 2 micro-batches of 4 examples ≡ one process on the 16 examples: the Reducer
-// averages the accumulated gradients over the ranks on the last micro-batch only, and rank 1's
+// averages the accumulated gradients over the ranks on the last micro-batch only (after the
+// first, each rank's gradient is still its own), and rank 1's
 // differently initialised model is overwritten by rank 0's at start. Done for two steps (the
 // second after the Reducer rebuilt its buckets).
 TEST(GradSyncTest, TwoRanksWithAccumulationEqualOneProcessOnTheWholeBatch) {
@@ -225,6 +226,20 @@ TEST(GradSyncTest, TwoRanksWithAccumulationEqualOneProcessOnTheWholeBatch) {
                                                        y[step].slice(0, begin, begin + 4)) /
                                 2;
         loss.backward();
+        if (micro == 0) {
+          // An accumulation micro-step communicates nothing: the gradient is this rank's own
+          // (an all-reduce would have averaged it with the other rank's, different, one).
+          const auto own = reference_grads(x[step].slice(0, begin, begin + 4),
+                                           y[step].slice(0, begin, begin + 4));
+          for (size_t i = 0; i < params.size(); ++i) {
+            const double diff = (params[i].grad() - own[i] / 2).abs().max().item<double>();
+            if (diff > 1e-6) {
+              fprintf(stderr, "rank %ld step %ld micro 0 %s: not the rank's own gradient (%g)\n",
+                      static_cast<long>(env.rank), static_cast<long>(step), names[i].c_str(), diff);
+              return false;
+            }
+          }
+        }
       }
       const auto expected = reference_grads(x[step], y[step]);
       for (size_t i = 0; i < params.size(); ++i) {
