@@ -165,6 +165,8 @@ class Trainer {
   bool run_step_or_stop(const StepRunner& runner, const std::function<FetchedBatch()>& next_batch,
                         WindowAccumulators& window, StepTimer& timer, bool log_after);
   void log_window(WindowAccumulators& window, StepTimer& timer, int64_t syncs);
+  /// The message of a data-parallel step that failed with `what` (a peer gone or too slow).
+  std::string collective_failure(const std::string& what) const;
   /// What the summary record says about this run.
   RunFacts run_facts(int64_t host_syncs, int64_t steps_logged) const;
   void evaluate_and_record();

@@ -1,6 +1,7 @@
 // Trainer::fit() and what it calls between steps. Reads top to bottom like the algorithm; one
 // optimizer step is StepRunner::run (fetch, forward under autocast, scaled backward, accumulate,
 // unscale, clip, lr, step, scaler update, zero-grad).
+#include <c10/util/Exception.h>
 #include <c10/util/ScopeExit.h>
 
 #include <cmath>
@@ -188,7 +189,24 @@ bool Trainer::run_step_or_stop(const StepRunner& runner, const StepRunner::Batch
     request_stop(fmt::format("signal {} received; {}", StopSignalGuard::pending(), e.what()));
     save_checkpoint();
     return false;
+  } catch (const Error&) {
+    throw;
+  } catch (const c10::Error& e) {
+    if (!dist_) throw;
+    throw Error(collective_failure(e.what_without_backtrace()));
+  } catch (const std::exception& e) {  // Gloo's own exceptions reach here through autograd
+    if (!dist_) throw;
+    throw Error(collective_failure(e.what()));
   }
+}
+
+std::string Trainer::collective_failure(const std::string& what) const {
+  const std::string first = what.substr(0, what.find('\n'));
+  return fmt::format("rank {} of {}: step {} failed: {} (a rank waits at most "
+                     "run.dist_timeout_s = {} s for the others in a step; is one of them dead, "
+                     "stopped or far behind?)",
+                     rank(), world_size(), counters_.step + 1, first,
+                     config_.run.dist_timeout_s);
 }
 
 RunFacts Trainer::run_facts(int64_t host_syncs, int64_t steps_logged) const {

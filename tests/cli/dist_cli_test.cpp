@@ -251,6 +251,31 @@ TEST_F(DistCliTest, AKilledRankEndsTheJobNamingItAndLeavesNoProcess) {
   for (pid_t pid : all) EXPECT_FALSE(alive(pid)) << "process " << pid << " outlived the job";
 }
 
+TEST_F(DistCliTest, ARankThatHangsIsBoundedByTheTimeout) {
+  BRRR_NEED_GLOO();
+  // Rank 1 stops (SIGSTOP) without closing anything: rank 0 waits in a collective until
+  // run.dist_timeout_s, fails naming it, and the launcher ends the stopped rank (SIGKILL).
+  const pid_t launcher = start({"--config", "exp.yaml", "--set", "run.name=hung", "--set",
+                                "train.max_steps=1000000", "--set", "run.dist_timeout_s=3",
+                                "--nproc-per-node", "2"});
+  ASSERT_TRUE(wait_for_training("hung")) << slurp(dir_ / "stderr");
+  const pid_t stuck = rank_pid(launcher, 1);
+  ASSERT_GT(stuck, 0);
+  const std::vector<pid_t> ranks = children_of(launcher);
+  const auto t0 = std::chrono::steady_clock::now();
+  kill(stuck, SIGSTOP);
+  const Result r = finish(launcher, 30);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(took, 30.0);
+  EXPECT_GE(took, 2.5) << "rank 0 gave up before run.dist_timeout_s";
+  EXPECT_NE(r.exit_code, 0);
+  // In the step's all-reduce or in the stop vote after it: either names the rank and the key.
+  EXPECT_TRUE(has_line(r.err, "[rank 0] ", "rank 0 of 2: ")) << r.err;
+  EXPECT_TRUE(has_line(r.err, "[rank 0] ", "run.dist_timeout_s = 3 s")) << r.err;
+  EXPECT_NE(r.err.find("launcher: rank 0 exited with code 1"), std::string::npos) << r.err;
+  for (pid_t pid : ranks) EXPECT_FALSE(alive(pid)) << "rank process " << pid << " outlived the job";
+}
+
 TEST_F(DistCliTest, SigtermToTheLauncherStopsEveryRankWithOneCheckpoint) {
   BRRR_NEED_GLOO();
   const pid_t launcher = start({"--config", "exp.yaml", "--set", "run.name=stopped", "--set",

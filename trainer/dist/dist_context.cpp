@@ -21,17 +21,23 @@ void collective(const DistContext& dist, const char* what, F&& body) {
   try {
     body();
   } catch (const std::exception& e) {
-    throw Error(
-        fmt::format("rank {} of {}: {} failed (another rank stopped or did not reach it "
-                    "within run.dist_timeout_s): {}",
-                    dist.rank(), dist.world_size(), what, e.what()));
+    const std::string message = e.what();
+    throw Error(fmt::format("rank {} of {}: {} failed: {} (a rank waits at most "
+                            "run.dist_timeout_s = {} s for the others; is one of them dead, "
+                            "stopped or far behind?)",
+                            dist.rank(), dist.world_size(), what,
+                            message.substr(0, message.find('\n')),
+                            static_cast<double>(dist.timeout().count()) / 1000.0));
   }
 }
 
 }  // namespace
 
 DistContext::DistContext(const DistEnv& env, c10::Device device, std::chrono::milliseconds timeout)
-    : env_(env), device_(device), group_(make_process_group(env, device, timeout)) {}
+    : env_(env),
+      device_(device),
+      timeout_(timeout),
+      group_(make_process_group(env, device, timeout)) {}
 
 DistContext::~DistContext() = default;
 

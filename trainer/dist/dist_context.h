@@ -39,6 +39,8 @@ class DistContext {
   const c10::intrusive_ptr<c10d::ProcessGroup>& group() const { return group_; }
   /// Where the group's collectives take their tensors (cuda:LOCAL_RANK or the CPU).
   c10::Device device() const { return device_; }
+  /// How long a collective waits for the other ranks (run.dist_timeout_s).
+  std::chrono::milliseconds timeout() const { return timeout_; }
 
   /// Sums `tensor` (on the group's device) over the ranks, in place; returns when it is done.
   void sum(at::Tensor& tensor) const;
@@ -53,6 +55,7 @@ class DistContext {
  private:
   DistEnv env_;
   c10::Device device_;
+  std::chrono::milliseconds timeout_;
   c10::intrusive_ptr<c10d::ProcessGroup> group_;
   int64_t agreements_ = 0;  // from_rank0 calls so far: each has a key of its own
 };
