@@ -2,8 +2,8 @@
 # The one script run on the GPU machine: build, GPU tests, data, benchmarks, blog ladder.
 #
 #   scripts/gpu_check.sh [build] [tests] [data] [loader] [resnet] [gpt] [gptprof] [autotune]
-#                        [resnet64] [fused] [blog]
-#                        (none: all but gptprof, autotune, resnet64, fused, in order)
+#                        [resnet64] [fused] [blog] [ddp1]
+#                        (none: all but gptprof, autotune, resnet64, fused, ddp1, in order)
 #
 # Each stage runs under its own time limit (seconds, env STAGE_BUDGET_<NAME>), and the whole call
 # keeps within BUDGET_S (default 560 s, under the 10-minute limit of one call): a stage that no
@@ -308,6 +308,38 @@ PY
   return $rc
 }
 
+# Data-parallel overhead on one GPU: GPT-2 124M alone against the same run as one NCCL rank of
+# `trainer --nproc-per-node 1` (the Reducer's bucket copies and all-reduce, the stop vote).
+stage_ddp1() {
+  [[ -s data_cache/fortunes_train.bin ]] || run scripts/prepare_data.sh tokens || return 1
+  local d=$RES/ddp1 rc=0 n
+  mkdir -p "$d/runs"
+  for n in 0 1; do
+    local launch=()
+    (( n > 0 )) && launch=(--nproc-per-node "$n")
+    rm -rf "runs/gpu_check/gpt2_nproc$n"
+    run "$BUILD_DIR/trainer" --config configs/gpt2-124m.yaml --set run.name="gpt2_nproc$n" \
+      --set run.output_dir=runs/gpu_check --set train.max_steps=150 --set train.eval_every=0 \
+      --set train.eval_batches=1 --set train.checkpoint_every=0 "${launch[@]}" || rc=1
+    keep_run "runs/gpu_check/gpt2_nproc$n" "$d/runs/gpt2_nproc$n"
+  done
+  python3 - "$d" <<'PY' | tee "$d/ddp1.txt"
+import json, pathlib, statistics, sys
+d = pathlib.Path(sys.argv[1])
+rates = {}
+for run in sorted((d / "runs").iterdir()):
+    recs = [json.loads(l) for l in (run / "metrics.jsonl").open()]
+    train = [r for r in recs if r["kind"] == "train"][1:]
+    rates[run.name] = statistics.median(r["tokens_per_s"] for r in train)
+    print(f"{run.name}: median {rates[run.name]:.0f} tokens/s over {len(train)} windows, "
+          f"median step {statistics.median(r['step_time_ms'] for r in train):.2f} ms, "
+          f"host syncs/step {statistics.median(r['host_syncs_per_step'] for r in train):.2f}")
+if len(rates) == 2:
+    print(f"1 NCCL rank / alone: {rates['gpt2_nproc1'] / rates['gpt2_nproc0']:.3f}")
+PY
+  return $rc
+}
+
 stage_blog() {
   need_data || return 1
   local rc=0 r
@@ -328,15 +360,15 @@ declare -A BUDGET=([build]=${STAGE_BUDGET_BUILD:-480} [tests]=${STAGE_BUDGET_TES
                    [resnet]=${STAGE_BUDGET_RESNET:-240} [gpt]=${STAGE_BUDGET_GPT:-420}
                    [gptprof]=${STAGE_BUDGET_GPTPROF:-180} [autotune]=${STAGE_BUDGET_AUTOTUNE:-240}
                    [resnet64]=${STAGE_BUDGET_RESNET64:-200} [fused]=${STAGE_BUDGET_FUSED:-420}
-                   [blog]=${STAGE_BUDGET_BLOG:-420})
+                   [blog]=${STAGE_BUDGET_BLOG:-420} [ddp1]=${STAGE_BUDGET_DDP1:-240})
 stages=("$@")
 (( ${#stages[@]} > 0 )) || stages=(build tests data loader resnet gpt blog)
 for s in "${stages[@]}"; do
-  [[ -n "${BUDGET[$s]:-}" ]] || { echo "gpu_check: unknown stage '$s' (build tests data loader resnet gpt gptprof autotune resnet64 fused blog)" >&2; exit 2; }
+  [[ -n "${BUDGET[$s]:-}" ]] || { echo "gpu_check: unknown stage '$s' (build tests data loader resnet gpt gptprof autotune resnet64 fused blog ddp1)" >&2; exit 2; }
 done
 
 export -f run keep_run need_data stage_build stage_tests stage_data stage_loader stage_resnet \
-  stage_gpt stage_gptprof stage_autotune stage_resnet64 stage_fused stage_blog
+  stage_gpt stage_gptprof stage_autotune stage_resnet64 stage_fused stage_blog stage_ddp1
 export RES LOG ROOT
 status=0
 for STAGE in "${stages[@]}"; do
