@@ -5,9 +5,11 @@
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <fmt/format.h>
 
+#include <exception>
 #include <limits>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "trainer/dist/grad_sync.h"
 #include "trainer/dist/process_group.h"
 
@@ -39,7 +41,20 @@ DistContext::DistContext(const DistEnv& env, c10::Device device, std::chrono::mi
       timeout_(timeout),
       group_(make_process_group(env, device, timeout)) {}
 
-DistContext::~DistContext() = default;
+DistContext::~DistContext() {
+  // What torch.distributed.destroy_process_group() does: NCCL's communicators are released
+  // (after pending work) on a normal end; while an error unwinds, a peer may be gone and
+  // waiting for it could hang, so they are aborted.
+  try {
+    if (std::uncaught_exceptions() > 0) {
+      group_->abort();
+    } else {
+      group_->shutdown();
+    }
+  } catch (const std::exception& e) {
+    log::debug("rank {}: ending the process group: {}", env_.rank, e.what());
+  }
+}
 
 void DistContext::sum(at::Tensor& tensor) const {
   collective(*this, "an all-reduce", [&] {
