@@ -114,6 +114,12 @@ void Trainer::fit(const std::string& resume) {
         request_stop(fmt::format("signal {} received; {} (evaluation skipped)",
                                  StopSignalGuard::pending(), e.what()));
       }
+      // A stop asked for by the evaluation's callbacks (early stopping: the same metrics, so
+      // the same decision on every rank) takes effect now, as in one process; the evaluation
+      // has synchronised the ranks already, so agreeing costs nothing more.
+      if (dist_ && dist_->min(stop_wanted_ ? 0 : 1) == 0 && !stop_reason_) {
+        stop_reason_ = stop_wanted_.value_or("another rank asked to stop");
+      }
     }
     if (StopSignalGuard::pending() != 0) {
       request_stop(fmt::format("signal {} received", StopSignalGuard::pending()));

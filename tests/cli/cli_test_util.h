@@ -39,6 +39,24 @@ inline std::string slurp(const fs::path& path) {
   return ss.str();
 }
 
+// The direct children of `parent` (a trainer's loader workers, a launcher's ranks), from
+// /proc/*/stat ("pid (comm) state ppid ...").
+inline std::vector<pid_t> children_of(pid_t parent) {
+  std::vector<pid_t> out;
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const std::string stat = slurp(entry.path() / "stat");
+    const size_t close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(stat.substr(close + 2));
+    char state = 0;
+    pid_t ppid = 0;
+    if (rest >> state >> ppid && ppid == parent) out.push_back(static_cast<pid_t>(std::stol(name)));
+  }
+  return out;
+}
+
 class CliTest : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -82,23 +82,6 @@ class DistCliTest : public CliTest {
     }
   }
 
-  // The pids of `pid`'s children (from /proc/*/stat: "pid (comm) state ppid ...").
-  static std::vector<pid_t> children_of(pid_t pid) {
-    std::vector<pid_t> out;
-    for (const auto& entry : fs::directory_iterator("/proc")) {
-      const std::string name = entry.path().filename().string();
-      if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-      const std::string stat = slurp(entry.path() / "stat");
-      const size_t close = stat.rfind(')');
-      if (close == std::string::npos) continue;
-      std::istringstream rest(stat.substr(close + 1));
-      std::string state;
-      pid_t parent = 0;
-      if (rest >> state >> parent && parent == pid) out.push_back(std::stoi(name));
-    }
-    return out;
-  }
-
   // Running (a zombie is not: it has ended, and only waits for a parent to reap it).
   static bool alive(pid_t pid) {
     const std::string stat = slurp("/proc/" + std::to_string(pid) + "/stat");
@@ -197,6 +180,28 @@ TEST_F(DistCliTest, ThreeRanksOnAnEpochThatDoesNotDivideEvenly) {
   ASSERT_EQ(three.exit_code, 0) << three.err;
   expect_close(losses("three"), losses("one"), 1e-6, "3 ranks x 10");
   expect_same_weights(weights("three"), weights("one"), 1e-6);
+}
+
+TEST_F(DistCliTest, EarlyStoppingEndsEveryRankAtTheStepOneProcessEnds) {
+  BRRR_NEED_GLOO();
+  // No evaluation improves val_loss by 100: patience 1 stops the run at the second one (step 6).
+  const std::vector<std::string> common = {
+      "train.max_steps=30",           "data.val.dataset=csv",
+      "data.val.path=train.csv",      "train.eval_every=3",
+      "train.early_stopping.patience=1", "train.early_stopping.min_delta=100"};
+  auto with = [&](const std::string& batch) {
+    std::vector<std::string> sets = common;
+    sets.push_back(batch);
+    return sets;
+  };
+  const Result one = train(0, "one", with("data.batch_size=32"));
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  const Result two = train(2, "two", with("data.batch_size=16"));
+  ASSERT_EQ(two.exit_code, 0) << two.err;
+  const auto reference = losses("one");
+  ASSERT_FALSE(reference.empty());
+  EXPECT_LT(reference.rbegin()->first, 30) << "early stopping did not stop the 1-process run";
+  expect_close(losses("two"), reference, 1e-6, "2 ranks with early stopping");
 }
 
 TEST_F(DistCliTest, ACheckpointOfTwoRanksResumesOnTwoAndOnOne) {
