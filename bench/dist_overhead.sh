@@ -8,7 +8,7 @@
 #   bench/dist_overhead.sh [TRAINER] [WORK_DIR]      (defaults: build-cpu/trainer, /tmp/brrr_dist_bench)
 #
 # Prints the median step time and backward time of each setup (train records after the first
-# window) and the ratio.
+# window), the ratio, and c10d's own split of backward (compute, all-reduce, their overlap).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TRAINER=$(realpath "${1:-build-cpu/trainer}")
@@ -56,4 +56,8 @@ print(f"{'setup':<34}{'step ms':>10}{'backward ms':>14}")
 print(f"{'2 processes, no synchronisation':<34}{step0:>10.2f}{back0:>14.2f}")
 print(f"{'2 Gloo ranks, c10d Reducer':<34}{step1:>10.2f}{back1:>14.2f}")
 print(f"step time ratio (Reducer / none): {step1 / step0:.3f}")
+last = [json.loads(l) for l in open("runs/reducer/metrics.jsonl") if '"train"' in l][-1]
+c = last["comm_ms"]
+print(f"c10d's timings of backward (running means): compute {c['backward_compute']:.2f} ms, "
+      f"all-reduce {c['backward_comm']:.2f} ms, of which overlapped with compute {c['overlap']:.2f} ms")
 EOF

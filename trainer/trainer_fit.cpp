@@ -15,6 +15,7 @@
 #include "data/prefetcher.h"
 #include "models/model.h"
 #include "trainer/dist/dist_context.h"
+#include "trainer/dist/grad_sync.h"
 #include "trainer/evaluator.h"
 #include "trainer/observe/step_timer.h"
 #include "trainer/observe/sync_counter.h"
@@ -319,6 +320,9 @@ void Trainer::log_window(WindowAccumulators& window, StepTimer& timer, int64_t s
   if (scaler_->enabled()) r[metric::kLossScale] = scaler_->scale_value();
   for (const auto& [name, ms] : breakdown.as_map()) r[metric::kBreakdownPrefix + name] = ms;
   if (breakdown.has_copies) r[metric::kCopyOverlappedMs] = breakdown.copy_total_ms;
+  if (grad_sync_) {
+    for (const auto& [name, ms] : grad_sync_->backward_times()) r[metric::kCommPrefix + name] = ms;
+  }
   if (device_.is_cuda()) r[metric::kMemPeakMib] = detail::cuda_peak_memory_mib(device_.index());
   outputs_->record(std::move(record));
   window.reset(device_);

@@ -160,6 +160,19 @@ TEST_F(DistCliTest, TwoRanksEqualOneRankWithTwiceTheBatch) {
   const TensorMap w1 = weights("one");
   expect_same_weights(weights("two"), w1, 1e-6);
   expect_same_weights(weights("accum"), w1, 1e-6);
+  // c10d's timings of backward: compute, communication and their overlap, in every record
+  // after the first step (whose times the second step's forward reads).
+  int64_t timed = 0;
+  for (const auto& r : read_json_lines((dir_ / "runs" / "two" / "metrics.jsonl").string())) {
+    if (r.strings.at("kind") != "train" || r.numbers.at("step") < 2) continue;
+    EXPECT_GT(r.numbers.count("comm_ms/backward_comm"), 0u) << "step " << r.numbers.at("step");
+    if (r.numbers.count("comm_ms/backward_comm") == 0) continue;
+    EXPECT_GT(r.numbers.at("comm_ms/backward_comm"), 0);
+    EXPECT_GT(r.numbers.at("comm_ms/backward_compute"), 0);
+    ++timed;
+  }
+  EXPECT_EQ(timed, 17);
+  EXPECT_EQ(slurp(dir_ / "runs" / "one" / "metrics.jsonl").find("comm_ms"), std::string::npos);
   // Rank 1 wrote nothing of its own: one run directory, one metrics file.
   EXPECT_EQ(slurp(dir_ / "runs" / "two" / "metrics.jsonl").find("\"rank\""), std::string::npos);
 }

@@ -9,12 +9,14 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 namespace c10d {
 class Reducer;
+class Logger;
 }
 
 namespace brrr {
@@ -35,8 +37,15 @@ class GradSync {
   /// gradients only accumulate locally (DDP's no_sync), and no communication happens.
   void before_forward(bool sync);
 
+  /// How backward spent its time, as c10d measures it for DDP (its Logger; the running means in
+  /// ms over the steps it samples: the first 10, then every 100th): "backward_compute" (from the
+  /// first gradient to the last), "backward_comm" (from the first bucket's all-reduce to the
+  /// last one's end) and "overlap" (the part of comm during compute). Empty before a sample.
+  std::map<std::string, double> backward_times() const;
+
  private:
-  std::unique_ptr<c10d::Reducer> reducer_;
+  std::shared_ptr<c10d::Reducer> reducer_;
+  std::shared_ptr<c10d::Logger> logger_;
 };
 
 /// Copies rank 0's values of `tensors` into every other rank's (coalesced broadcasts), as DDP

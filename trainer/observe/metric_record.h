@@ -83,6 +83,8 @@ inline constexpr const char kBreakdownPrefix[] = "breakdown_ms/";
 inline constexpr const char kCopyOverlappedMs[] = "copy_overlapped_ms";
 inline constexpr const char kMemPeakMib[] = "mem_peak_mib";
 inline constexpr const char kMemTotalMib[] = "mem_total_mib";
+// data-parallel: c10d's Reducer timings of backward (running means over its sampled steps)
+inline constexpr const char kCommPrefix[] = "comm_ms/";
 // eval
 inline constexpr const char kValLoss[] = "val_loss";
 inline constexpr const char kValAccuracy[] = "val_accuracy";
