@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "trainer/dist/dist_context.h"
 #include "trainer/dist/dist_env.h"
 #include "trainer/dist/grad_sync.h"
 #include "trainer/dist/process_group.h"
@@ -254,6 +255,34 @@ TEST(GradSyncTest, TwoRanksWithAccumulationEqualOneProcessOnTheWholeBatch) {
     return true;
   });
   EXPECT_EQ(codes, (std::vector<int>{0, 0}));
+}
+
+// The agreements a data-parallel trainer needs besides gradients, on 3 Gloo ranks: the smallest
+// of a tuned value, rank 0's string, sums, and the stop vote, whose outcome every rank reads one
+// step after some rank voted.
+TEST(DistContextTest, RanksAgreeOnValuesAndStopTogetherOneStepAfterAVote) {
+  if (!gloo_available()) GTEST_SKIP() << "built without Gloo's headers";
+  const auto codes = run_ranks(3, [](const DistEnv& env) {
+    DistContext dist(env, c10::Device(c10::kCPU), std::chrono::seconds(30));
+    bool ok = dist.min(10 - env.rank) == 8;
+    ok = ok && dist.from_rank0("a", env.rank == 0 ? "from zero" : "x") == "from zero";
+    ok = ok && dist.from_rank0("b", env.rank == 0 ? "again" : "y") == "again";
+    at::Tensor t = at::full({2}, static_cast<double>(env.rank), at::kDouble);
+    dist.sum(t);
+    ok = ok && t[0].item<double>() == 3.0 && t[1].item<double>() == 3.0;
+    StopVote vote(dist);
+    // Rank 2 wants to stop at step 3 only: every rank learns it at step 4, none before.
+    for (int step = 0; step < 6; ++step) {
+      const bool stop = vote.cast(env.rank == 2 && step == 3);
+      if (stop != (step == 4)) {
+        fprintf(stderr, "rank %ld step %d: vote read %d\n", static_cast<long>(env.rank), step,
+                stop ? 1 : 0);
+        ok = false;
+      }
+    }
+    return ok;
+  });
+  EXPECT_EQ(codes, (std::vector<int>{0, 0, 0}));
 }
 
 }  // namespace
