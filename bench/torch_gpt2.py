@@ -18,7 +18,16 @@ Writes CSV rows `impl,mode,batch,block,accum,tokens_per_s,step_ms,mfu_pct,mfu_me
 
     python3 bench/torch_gpt2.py --tokens data_cache/fortunes_train.bin --modes eager,compile \
         --accum 1,4 --steps 20 --warmup 5 --matmul-peak
+
+Started by torchrun (WORLD_SIZE set), each rank trains on its GPU (cuda:LOCAL_RANK) under
+DistributedDataParallel over NCCL (no_sync on accumulation micro-steps; compile wraps the DDP
+module), --batch is per rank, tokens/s are the whole job's (the slowest rank's time), and rank 0
+alone prints and writes the CSV (impl `torch_ddp<N>`):
+
+    torchrun --nproc-per-node 8 bench/torch_gpt2.py --modes eager,compile --accum 1 --batch 16
 """
+import contextlib
+import os
 import argparse
 import math
 import pathlib
@@ -136,25 +145,46 @@ def trace_kernels(args, step, sync, tag):
     print(f"# trace of {args.profile_steps} steps: {path}", file=sys.stderr)
 
 
-def bench(args, tokens, mode, accum, device):
+def join_ddp():
+    """The torchrun process group (NCCL), or None when not started by torchrun."""
+    if "WORLD_SIZE" not in os.environ:
+        return None
+    import torch.distributed as dist
+    if not torch.cuda.is_available():  # Gloo on CPU: only to try the script without a GPU
+        dist.init_process_group("gloo")
+        return dist
+    local = int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(local)
+    dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+    return dist
+
+
+def bench(args, tokens, mode, accum, device, dist=None):
     torch.manual_seed(1234)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     model = GPT(args.n_layer, args.n_head, args.n_embd, args.block, args.vocab).to(device)
+    core = model
+    if dist:
+        from torch.nn.parallel import DistributedDataParallel
+        model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=6e-4, betas=(0.9, 0.95), eps=1e-8, fused=device.type == "cuda")
     fwd = torch.compile(model) if mode == "compile" else model
-    data = Batches(tokens, args.batch, args.block, device, seed=0)
+    data = Batches(tokens, args.batch, args.block, device, seed=dist.get_rank() if dist else 0)
 
     def step():
-        for _ in range(accum):
+        for i in range(accum):
             x, y = data.next()
-            with torch.autocast(device.type, dtype=torch.bfloat16):
-                loss = fwd(x, y)
-            (loss / accum).backward()
+            # DDP: only the last micro-batch's backward all-reduces.
+            quiet = model.no_sync() if dist and i + 1 < accum else contextlib.nullcontext()
+            with quiet:
+                with torch.autocast(device.type, dtype=torch.bfloat16):
+                    loss = fwd(x, y)
+                (loss / accum).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -173,14 +203,19 @@ def bench(args, tokens, mode, accum, device):
         loss = step()
     sync()
     elapsed = time.perf_counter() - t0
-    n_params = sum(p.numel() for p in model.parameters()) - model.wpe.weight.numel()
+    world = 1
+    if dist:  # the job's time is its slowest rank's
+        t = torch.tensor([elapsed], device=device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        elapsed, world = t.item(), dist.get_world_size()
+    n_params = sum(p.numel() for p in core.parameters()) - core.wpe.weight.numel()
     flops_per_token = 6 * n_params + 12 * args.n_layer * args.block * args.n_embd
-    tps = args.steps * accum * args.batch * args.block / elapsed
+    tps = world * args.steps * accum * args.batch * args.block / elapsed
     peak_mib = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else 0.0
     print(f"# {mode} accum {accum}: warm-up {warm_s:.1f} s, last loss {loss.item():.3f}, "
           f"N = {n_params / 1e6:.1f} M, {flops_per_token / 1e9:.3f} GFLOP/token, "
           f"peak memory {peak_mib:.0f} MiB", file=sys.stderr)
-    del model, opt, fwd
+    del model, core, opt, fwd
     if device.type == "cuda":
         torch.cuda.empty_cache()
     return tps, elapsed / args.steps * 1e3, tps * flops_per_token / 1e12
@@ -217,7 +252,13 @@ def main(argv=None):
         ap.error(f"--accum {args.accum!r}: expected integers like 1,4")
     if args.n_embd % args.n_head:
         ap.error(f"--n-embd {args.n_embd} is not a multiple of --n-head {args.n_head}")
-    device = torch.device(args.device)
+    dist = join_ddp()
+    if dist and torch.cuda.is_available():
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+    else:
+        device = torch.device(args.device)
+    main_rank = not dist or dist.get_rank() == 0
+    impl = f"torch_ddp{dist.get_world_size()}" if dist else "torch"
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     tokens = load_tokens(args.tokens, args.dtype)
@@ -229,18 +270,24 @@ def main(argv=None):
     lines = ["impl,mode,batch,block,accum,tokens_per_s,step_ms,mfu_pct,mfu_measured_pct"]
     for mode in modes:
         for accum in accums:
-            tps, ms, tflops = bench(args, tokens, mode, accum, device)
-            mfu = 100 * tflops / args.peak_tflops
-            mfu_m = f"{100 * tflops / measured:.1f}" if measured else ""
-            lines.append(f"torch,{mode},{args.batch},{args.block},{accum},{tps:.0f},{ms:.2f},"
+            tps, ms, tflops = bench(args, tokens, mode, accum, device, dist)
+            world = dist.get_world_size() if dist else 1
+            mfu = 100 * tflops / (args.peak_tflops * world)
+            mfu_m = f"{100 * tflops / (measured * world):.1f}" if measured else ""
+            lines.append(f"{impl},{mode},{args.batch},{args.block},{accum},{tps:.0f},{ms:.2f},"
                          f"{mfu:.1f},{mfu_m}")
-            print(f"# torch {mode} accum {accum}: {tps:,.0f} tokens/s, {ms:.1f} ms/step, "
-                  f"{tflops:.1f} TFLOP/s, MFU {mfu:.1f} % of {args.peak_tflops:g}", file=sys.stderr)
+            if main_rank:
+                print(f"# {impl} {mode} accum {accum}: {tps:,.0f} tokens/s, {ms:.1f} ms/step, "
+                      f"{tflops:.1f} TFLOP/s, MFU {mfu:.1f} % of {args.peak_tflops:g} per GPU",
+                      file=sys.stderr)
     if measured:
         lines.append(f"# measured_matmul_peak_tflops,{measured:.1f}")
-    print("\n".join(lines))
-    if args.csv:
-        args.csv.write_text("\n".join(lines) + "\n")
+    if main_rank:
+        print("\n".join(lines))
+        if args.csv:
+            args.csv.write_text("\n".join(lines) + "\n")
+    if dist:
+        dist.destroy_process_group()
     return 0
 
 

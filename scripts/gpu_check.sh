@@ -2,8 +2,8 @@
 # The one script run on the GPU machine: build, GPU tests, data, benchmarks, blog ladder.
 #
 #   scripts/gpu_check.sh [build] [tests] [data] [loader] [resnet] [gpt] [gptprof] [autotune]
-#                        [resnet64] [fused] [blog] [ddp1]
-#                        (none: all but gptprof, autotune, resnet64, fused, ddp1, in order)
+#                        [resnet64] [fused] [blog] [ddp1] [scaling]
+#                        (none: all but gptprof, autotune, resnet64, fused, ddp1, scaling, in order)
 #
 # Each stage runs under its own time limit (seconds, env STAGE_BUDGET_<NAME>), and the whole call
 # keeps within BUDGET_S (default 560 s, under the 10-minute limit of one call): a stage that no
@@ -340,6 +340,63 @@ PY
   return $rc
 }
 
+# Data-parallel scaling of GPT-2 124M (bf16, 16 x 1024 tokens per GPU, no accumulation) on 1, 2,
+# 4, 8 GPUs up to the machine's count (or SCALING_NPROC, e.g. 1,2): brrr's `trainer
+# --nproc-per-node N` against PyTorch DDP under torchrun (eager and torch.compile), the same call.
+# NCCL's NVLink multicast stays off (the lent machines need it; the launchers pass it on).
+stage_scaling() {
+  [[ -s data_cache/fortunes_train.bin ]] || run scripts/prepare_data.sh tokens || return 1
+  export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+  local d=$RES/scaling rc=0 n gpus counts
+  mkdir -p "$d/runs"
+  gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+  counts=${SCALING_NPROC:-$(for n in 1 2 4 8; do (( n <= gpus )) && printf '%s,' "$n"; done)}
+  for n in ${counts//,/ }; do
+    rm -rf "runs/gpu_check/scale_n$n"
+    run "$BUILD_DIR/trainer" --nproc-per-node "$n" --config configs/gpt2-124m.yaml \
+      --set run.name="scale_n$n" --set run.output_dir=runs/gpu_check --set data.batch_size=16 \
+      --set train.grad_accum_steps=1 --set train.max_steps="${SCALING_STEPS:-80}" \
+      --set train.eval_every=0 --set train.eval_batches=1 --set train.checkpoint_every=0 || rc=1
+    keep_run "runs/gpu_check/scale_n$n" "$d/runs/scale_n$n"
+    run python3 -m torch.distributed.run --nproc-per-node "$n" bench/torch_gpt2.py \
+      --tokens data_cache/fortunes_train.bin --modes "${SCALING_TORCH_MODES:-eager,compile}" \
+      --accum 1 --batch 16 --steps "${SCALING_TORCH_STEPS:-30}" --warmup 10 \
+      --csv "$d/torch_n$n.csv" || rc=1
+  done
+  python3 - "$d" <<'PY' | tee "$d/scaling.txt"
+import csv, json, pathlib, statistics, sys
+d = pathlib.Path(sys.argv[1])
+rows = {}
+for run in sorted((d / "runs").iterdir()):
+    n = int(run.name.removeprefix("scale_n"))
+    recs = [json.loads(l) for l in (run / "metrics.jsonl").open()]
+    train = [r for r in recs if r["kind"] == "train"][1:]
+    if not train:
+        continue
+    comm = train[-1].get("comm_ms", {})
+    rows.setdefault(n, {})["brrr"] = statistics.median(r["tokens_per_s"] for r in train)
+    rows[n]["exposed_comm_ms"] = comm.get("backward_comm", 0) - comm.get("overlap", 0)
+for f in sorted(d.glob("torch_n*.csv")):
+    n = int(f.stem.removeprefix("torch_n"))
+    for r in csv.DictReader(l for l in f.open() if not l.startswith("#")):
+        rows.setdefault(n, {})[f"torch_{r['mode']}"] = float(r["tokens_per_s"])
+impls = ["brrr", "torch_eager", "torch_compile"]
+print("N,impl,tokens_per_s,tokens_per_s_per_gpu,scaling_efficiency,brrr_over_impl")
+for n in sorted(rows):
+    for impl in impls:
+        if impl not in rows[n]:
+            continue
+        tps = rows[n][impl]
+        base = rows.get(1, {}).get(impl)
+        eff = f"{tps / (n * base):.3f}" if base else ""
+        ratio = f"{rows[n]['brrr'] / tps:.3f}" if "brrr" in rows[n] else ""
+        print(f"{n},{impl},{tps:.0f},{tps / n:.0f},{eff},{ratio}")
+    if "exposed_comm_ms" in rows[n]:
+        print(f"# N={n}: brrr's exposed all-reduce (c10d: comm - overlap) {rows[n]['exposed_comm_ms']:.2f} ms/step")
+PY
+  return $rc
+}
+
 stage_blog() {
   need_data || return 1
   local rc=0 r
@@ -360,15 +417,16 @@ declare -A BUDGET=([build]=${STAGE_BUDGET_BUILD:-480} [tests]=${STAGE_BUDGET_TES
                    [resnet]=${STAGE_BUDGET_RESNET:-240} [gpt]=${STAGE_BUDGET_GPT:-420}
                    [gptprof]=${STAGE_BUDGET_GPTPROF:-180} [autotune]=${STAGE_BUDGET_AUTOTUNE:-240}
                    [resnet64]=${STAGE_BUDGET_RESNET64:-200} [fused]=${STAGE_BUDGET_FUSED:-420}
-                   [blog]=${STAGE_BUDGET_BLOG:-420} [ddp1]=${STAGE_BUDGET_DDP1:-240})
+                   [blog]=${STAGE_BUDGET_BLOG:-420} [ddp1]=${STAGE_BUDGET_DDP1:-240}
+                   [scaling]=${STAGE_BUDGET_SCALING:-540})
 stages=("$@")
 (( ${#stages[@]} > 0 )) || stages=(build tests data loader resnet gpt blog)
 for s in "${stages[@]}"; do
-  [[ -n "${BUDGET[$s]:-}" ]] || { echo "gpu_check: unknown stage '$s' (build tests data loader resnet gpt gptprof autotune resnet64 fused blog ddp1)" >&2; exit 2; }
+  [[ -n "${BUDGET[$s]:-}" ]] || { echo "gpu_check: unknown stage '$s' (build tests data loader resnet gpt gptprof autotune resnet64 fused blog ddp1 scaling)" >&2; exit 2; }
 done
 
 export -f run keep_run need_data stage_build stage_tests stage_data stage_loader stage_resnet \
-  stage_gpt stage_gptprof stage_autotune stage_resnet64 stage_fused stage_blog stage_ddp1
+  stage_gpt stage_gptprof stage_autotune stage_resnet64 stage_fused stage_blog stage_ddp1 stage_scaling
 export RES LOG ROOT
 status=0
 for STAGE in "${stages[@]}"; do
