@@ -261,7 +261,15 @@ int launch_local_ranks(const LaunchOptions& o) {
     for (const auto& r : ranks) n += (r.out.fd >= 0) + (r.err.fd >= 0);
     return n;
   };
+  // Output still open after every rank ended belongs to a process a rank left behind (which
+  // inherited its pipe); it gets a moment to drain, then the launcher stops reading.
+  constexpr auto kDrain = std::chrono::seconds(2);
+  std::optional<Clock::time_point> all_ended;
   while (live() > 0 || open_streams() > 0) {
+    if (live() == 0) {
+      if (!all_ended) all_ended = Clock::now();
+      if (Clock::now() - *all_ended > kDrain) break;
+    }
     // Forward every signal received, once, to the ranks still running.
     if (g_received != forwarded) {
       forwarded = g_received;
