@@ -2,8 +2,9 @@
 # The one script run on the GPU machine: build, GPU tests, data, benchmarks, blog ladder.
 #
 #   scripts/gpu_check.sh [build] [tests] [data] [loader] [resnet] [gpt] [gptprof] [autotune]
-#                        [resnet64] [fused] [blog] [ddp1] [scaling]
-#                        (none: all but gptprof, autotune, resnet64, fused, ddp1, scaling, in order)
+#                        [resnet64] [fused] [blog] [ddp1] [scaling] [scaling_resnet] [drill]
+#                        (none: all but gptprof, autotune, resnet64, fused and the data-parallel
+#                        ones, in order)
 #
 # Each stage runs under its own time limit (seconds, env STAGE_BUDGET_<NAME>), and the whole call
 # keeps within BUDGET_S (default 560 s, under the 10-minute limit of one call): a stage that no
@@ -363,7 +364,7 @@ stage_scaling() {
       --accum 1 --batch 16 --steps "${SCALING_TORCH_STEPS:-30}" --warmup 10 \
       --csv "$d/torch_n$n.csv" || rc=1
   done
-  python3 - "$d" <<'PY' | tee "$d/scaling.txt"
+  python3 - "$d" <<'PY' | tee "$d/scaling.csv"
 import csv, json, pathlib, statistics, sys
 d = pathlib.Path(sys.argv[1])
 rows = {}
@@ -394,6 +395,115 @@ for n in sorted(rows):
     if "exposed_comm_ms" in rows[n]:
         print(f"# N={n}: brrr's exposed all-reduce (c10d: comm - overlap) {rows[n]['exposed_comm_ms']:.2f} ms/step")
 PY
+  python3 bench/plot_scaling.py "$d/scaling.csv" --out "$d/scaling_gpt2.png" \
+    --title "GPT-2 124M, bf16, 16 x 1024 tokens per GPU" || rc=1
+  return $rc
+}
+
+# ResNet-50 bf16 from the JPEG folder (configs/blog/05_large_batch.yaml) on N ranks, each with
+# min(16, cores / N) loader workers: images/s, scaling efficiency, and every GPU's utilisation
+# sampled by nvidia-smi during the run.
+stage_scaling_resnet() {
+  need_data || return 1
+  export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+  local d=$RES/scaling_resnet rc=0 n gpus counts workers smi
+  mkdir -p "$d/runs"
+  gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+  counts=${SCALING_NPROC:-$(for n in 1 2 4 8; do (( n <= gpus )) && printf '%s,' "$n"; done)}
+  for n in ${counts//,/ }; do
+    workers=$(( $(nproc) / n ))
+    (( workers > 16 )) && workers=16
+    (( workers < 1 )) && workers=1
+    rm -rf "runs/gpu_check/resnet_n$n"
+    nvidia-smi --query-gpu=index,utilization.gpu --format=csv,noheader,nounits -lms 500 \
+      > "$d/util_n$n.csv" &
+    smi=$!
+    run "$BUILD_DIR/trainer" --nproc-per-node "$n" --config configs/blog/05_large_batch.yaml \
+      --set run.name="resnet_n$n" --set run.output_dir=runs/gpu_check \
+      --set data.num_workers="$workers" --set train.max_steps="${SCALING_RESNET_STEPS:-150}" \
+      --set train.eval_every=0 --set train.checkpoint_every=0 || rc=1
+    kill "$smi" 2>/dev/null
+    keep_run "runs/gpu_check/resnet_n$n" "$d/runs/resnet_n$n"
+  done
+  python3 - "$d" <<'PY' | tee "$d/scaling.csv"
+import json, pathlib, statistics, sys
+d = pathlib.Path(sys.argv[1])
+rate, util = {}, {}
+for run in sorted((d / "runs").iterdir()):
+    n = int(run.name.removeprefix("resnet_n"))
+    recs = [json.loads(l) for l in (run / "metrics.jsonl").open()]
+    train = [r for r in recs if r["kind"] == "train"][1:]
+    if train:
+        rate[n] = statistics.median(r["samples_per_s"] for r in train)
+    samples = {}
+    for line in (d / f"util_n{n}.csv").open():
+        gpu, pct = (int(v) for v in line.split(","))
+        samples.setdefault(gpu, []).append(pct)
+    # the middle of the run: start-up and the end left out
+    util[n] = {g: statistics.mean(v[len(v) // 5: len(v) - len(v) // 10] or v)
+               for g, v in sorted(samples.items()) if g < n}
+print("N,impl,tokens_per_s,tokens_per_s_per_gpu,scaling_efficiency,brrr_over_impl")
+for n in sorted(rate):
+    eff = f"{rate[n] / (n * rate[1]):.3f}" if 1 in rate else ""
+    print(f"{n},brrr,{rate[n]:.0f},{rate[n] / n:.0f},{eff},1.000")
+    print(f"# N={n}: GPU utilisation % per rank: " +
+          ", ".join(f"{g}: {u:.0f}" for g, u in util.get(n, {}).items()))
+PY
+  python3 bench/plot_scaling.py "$d/scaling.csv" --out "$d/scaling_resnet50.png" --unit images \
+    --title "ResNet-50, bf16, from JPEGs (configs/blog/05_large_batch.yaml)" || rc=1
+  return $rc
+}
+
+# The fault drill on the real machine: GPT-2 on all GPUs (or SCALING_NPROC's largest), SIGKILL of
+# the last rank after the first checkpoint; the job must end within 30 s naming that rank and
+# leave no trainer process; then the run resumes from its checkpoint on N and on N/2 GPUs.
+stage_drill() {
+  [[ -s data_cache/fortunes_train.bin ]] || run scripts/prepare_data.sh tokens || return 1
+  export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+  local d=$RES/drill rc=0 n pid victim t0 secs ckpt half p
+  mkdir -p "$d"
+  n=$(nvidia-smi -L 2>/dev/null | wc -l)
+  [[ -n "${SCALING_NPROC:-}" ]] && n=${SCALING_NPROC##*,}
+  local common=(--config configs/gpt2-124m.yaml --set run.output_dir=runs/gpu_check
+                --set data.batch_size=16 --set train.grad_accum_steps=1 --set train.eval_every=0
+                --set train.eval_batches=1)
+  rm -rf runs/gpu_check/drill runs/gpu_check/drill_half
+  echo "$(date -u +%FT%TZ) [$STAGE] trainer --nproc-per-node $n ... (killed)" >> "$RES/commands.txt"
+  "$BUILD_DIR/trainer" --nproc-per-node "$n" "${common[@]}" --set run.name=drill \
+    --set train.max_steps=100000 --set train.checkpoint_every=20 > "$d/drill.out" 2> "$d/drill.err" &
+  pid=$!
+  for _ in $(seq 600); do
+    compgen -G "runs/gpu_check/drill/checkpoints/step_*.pt" > /dev/null && break
+    sleep 0.5
+  done
+  victim=""
+  for p in $(pgrep -P "$pid"); do
+    tr '\0' '\n' < "/proc/$p/environ" | grep -qx "RANK=$(( n - 1 ))" && victim=$p
+  done
+  [[ -n "$victim" ]] || { echo "drill: no rank $(( n - 1 )) found"; kill "$pid"; return 1; }
+  t0=$SECONDS
+  kill -9 "$victim"
+  wait "$pid"
+  echo "drill: launcher exit $? after $(( SECONDS - t0 )) s" | tee "$d/drill.txt"
+  grep "launcher:" "$d/drill.err" | tee -a "$d/drill.txt"
+  (( SECONDS - t0 <= 30 )) || { echo "drill: took longer than 30 s" | tee -a "$d/drill.txt"; rc=1; }
+  sleep 1
+  if pgrep -f "run.name=drill" > /dev/null; then
+    echo "drill: processes left behind:" | tee -a "$d/drill.txt"
+    pgrep -af "run.name=drill" | tee -a "$d/drill.txt"
+    rc=1
+  fi
+  ckpt=$(ls runs/gpu_check/drill/checkpoints/step_*.pt | tail -1)
+  half=$(( n > 1 ? n / 2 : 1 ))
+  run "$BUILD_DIR/trainer" --nproc-per-node "$n" "${common[@]}" --set run.name=drill \
+    --set train.max_steps=$(( $(basename "$ckpt" .pt | sed 's/step_0*//') + 20 )) \
+    --resume auto || rc=1
+  run "$BUILD_DIR/trainer" --nproc-per-node "$half" "${common[@]}" --set run.name=drill_half \
+    --set data.batch_size=$(( 16 * n / half )) \
+    --set train.max_steps=$(( $(basename "$ckpt" .pt | sed 's/step_0*//') + 20 )) \
+    --resume "$ckpt" || rc=1
+  keep_run runs/gpu_check/drill "$d/runs/drill"
+  keep_run runs/gpu_check/drill_half "$d/runs/drill_half"
   return $rc
 }
 
@@ -418,15 +528,17 @@ declare -A BUDGET=([build]=${STAGE_BUDGET_BUILD:-480} [tests]=${STAGE_BUDGET_TES
                    [gptprof]=${STAGE_BUDGET_GPTPROF:-180} [autotune]=${STAGE_BUDGET_AUTOTUNE:-240}
                    [resnet64]=${STAGE_BUDGET_RESNET64:-200} [fused]=${STAGE_BUDGET_FUSED:-420}
                    [blog]=${STAGE_BUDGET_BLOG:-420} [ddp1]=${STAGE_BUDGET_DDP1:-240}
-                   [scaling]=${STAGE_BUDGET_SCALING:-540})
+                   [scaling]=${STAGE_BUDGET_SCALING:-540}
+                   [scaling_resnet]=${STAGE_BUDGET_SCALING_RESNET:-420}
+                   [drill]=${STAGE_BUDGET_DRILL:-300})
 stages=("$@")
 (( ${#stages[@]} > 0 )) || stages=(build tests data loader resnet gpt blog)
 for s in "${stages[@]}"; do
-  [[ -n "${BUDGET[$s]:-}" ]] || { echo "gpu_check: unknown stage '$s' (build tests data loader resnet gpt gptprof autotune resnet64 fused blog ddp1 scaling)" >&2; exit 2; }
+  [[ -n "${BUDGET[$s]:-}" ]] || { echo "gpu_check: unknown stage '$s' (build tests data loader resnet gpt gptprof autotune resnet64 fused blog ddp1 scaling scaling_resnet drill)" >&2; exit 2; }
 done
 
 export -f run keep_run need_data stage_build stage_tests stage_data stage_loader stage_resnet \
-  stage_gpt stage_gptprof stage_autotune stage_resnet64 stage_fused stage_blog stage_ddp1 stage_scaling
+  stage_gpt stage_gptprof stage_autotune stage_resnet64 stage_fused stage_blog stage_ddp1 stage_scaling stage_scaling_resnet stage_drill
 export RES LOG ROOT
 status=0
 for STAGE in "${stages[@]}"; do
