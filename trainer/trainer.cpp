@@ -444,19 +444,16 @@ std::string Trainer::plan() {
   s += fmt::format("ops         {}\n", ops_plan());
   s += fmt::format("data        {}\n", train_set_->describe());
   if (val_set_) s += fmt::format("val         {}\n", val_set_->describe());
+  const std::string ranks =
+      dist_ ? fmt::format(" x {} ranks", world_size()) : std::string();
   if (dist_) {
     s += fmt::format("ranks       {} data-parallel ({}), this is rank {}\n", world_size(),
                      device_.is_cuda() ? "NCCL" : "Gloo", rank());
-    s += fmt::format(
-        "batch       {} x {} accumulation x {} ranks = {} examples/step; {} batches/epoch per "
-        "rank\n",
-        d.batch_size, t.grad_accum_steps, world_size(),
-        d.batch_size * t.grad_accum_steps * world_size(), train_loader_->batches_per_epoch());
-  } else {
-    s += fmt::format("batch       {} x {} accumulation = {} examples/step; {} batches/epoch\n",
-                     d.batch_size, t.grad_accum_steps, d.batch_size * t.grad_accum_steps,
-                     train_loader_->batches_per_epoch());
   }
+  s += fmt::format("batch       {} x {} accumulation{} = {} examples/step; {} batches/epoch{}\n",
+                   d.batch_size, t.grad_accum_steps, ranks,
+                   d.batch_size * t.grad_accum_steps * world_size(),
+                   train_loader_->batches_per_epoch(), dist_ ? " per rank" : "");
   s += fmt::format("loader      num_workers {}, pin_memory {}, prefetch_factor {}, persistent {}\n",
                    d.num_workers, d.pin_memory && device_.is_cuda(), d.prefetch_factor,
                    d.persistent_workers);

@@ -138,6 +138,9 @@ class Trainer {
   void sync_model_across_ranks();
   /// Creates the RunOutputs of fit(): rank 0 decides where the run starts, the others follow.
   void open_outputs(const std::string& resume);
+  /// Data-parallel: when the ranks `agreed` to stop, stops after this step (this rank's reason,
+  /// or that another rank asked).
+  void adopt_stop_if(bool agreed);
   /// Conv weights to NHWC on CUDA when model.channels_last (tensor-core convolutions want it).
   void use_channels_last_if_useful();
   // train.max_epochs -> train.max_steps, once the train loader knows its batches per epoch.

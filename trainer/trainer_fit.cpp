@@ -118,16 +118,12 @@ void Trainer::fit(const std::string& resume) {
       // A stop asked for by the evaluation's callbacks (early stopping: the same metrics, so
       // the same decision on every rank) takes effect now, as in one process; the evaluation
       // has synchronised the ranks already, so agreeing costs nothing more.
-      if (dist_ && dist_->min(stop_wanted_ ? 0 : 1) == 0 && !stop_reason_) {
-        stop_reason_ = stop_wanted_.value_or("another rank asked to stop");
-      }
+      if (dist_) adopt_stop_if(dist_->any(stop_wanted_.has_value()));
     }
     if (StopSignalGuard::pending() != 0) {
       request_stop(fmt::format("signal {} received", StopSignalGuard::pending()));
     }
-    if (stop_vote_ && stop_vote_->cast(stop_wanted_.has_value()) && !stop_reason_) {
-      stop_reason_ = stop_wanted_.value_or("another rank asked to stop");
-    }
+    if (stop_vote_) adopt_stop_if(stop_vote_->cast(stop_wanted_.has_value()));
     if (due(counters_.step, t.checkpoint_every) || last || stop_reason_) save_checkpoint();
     syncs.arm(true);
   }
@@ -137,6 +133,10 @@ void Trainer::fit(const std::string& resume) {
   }
   outputs_->finish(run_facts(total_syncs, steps_logged));
   notify([this](Callback& cb) { cb.on_train_end(*this); });
+}
+
+void Trainer::adopt_stop_if(bool agreed) {
+  if (agreed && !stop_reason_) stop_reason_ = stop_wanted_.value_or("another rank asked to stop");
 }
 
 void Trainer::open_outputs(const std::string& resume) {

@@ -63,6 +63,12 @@ class DistCliTest : public CliTest {
     return run(args);
   }
 
+  // `sets` and one more --set.
+  static std::vector<std::string> plus(std::vector<std::string> sets, const std::string& more) {
+    sets.push_back(more);
+    return sets;
+  }
+
   static void expect_close(const std::map<int64_t, double>& a, const std::map<int64_t, double>& b,
                            double tolerance, const std::string& what) {
     ASSERT_EQ(a.size(), b.size()) << what;
@@ -182,14 +188,9 @@ TEST_F(DistCliTest, ThreeRanksOnAnEpochThatDoesNotDivideEvenly) {
   // 512 examples, 30 per step: 17 steps per epoch (2 examples dropped) on 1 rank, and 170 per
   // rank = 17 batches of 10 on 3 ranks. 20 steps run into the second epoch.
   const std::vector<std::string> common = {"train.max_steps=20", "data.drop_last=true"};
-  auto with = [&](std::string batch) {
-    std::vector<std::string> sets = common;
-    sets.push_back(batch);
-    return sets;
-  };
-  const Result one = train(0, "one", with("data.batch_size=30"));
+  const Result one = train(0, "one", plus(common, "data.batch_size=30"));
   ASSERT_EQ(one.exit_code, 0) << one.err;
-  const Result three = train(3, "three", with("data.batch_size=10"));
+  const Result three = train(3, "three", plus(common, "data.batch_size=10"));
   ASSERT_EQ(three.exit_code, 0) << three.err;
   expect_close(losses("three"), losses("one"), 1e-6, "3 ranks x 10");
   expect_same_weights(weights("three"), weights("one"), 1e-6);
@@ -202,14 +203,9 @@ TEST_F(DistCliTest, EarlyStoppingEndsEveryRankAtTheStepOneProcessEnds) {
       "train.max_steps=30",           "data.val.dataset=csv",
       "data.val.path=train.csv",      "train.eval_every=3",
       "train.early_stopping.patience=1", "train.early_stopping.min_delta=100"};
-  auto with = [&](const std::string& batch) {
-    std::vector<std::string> sets = common;
-    sets.push_back(batch);
-    return sets;
-  };
-  const Result one = train(0, "one", with("data.batch_size=32"));
+  const Result one = train(0, "one", plus(common, "data.batch_size=32"));
   ASSERT_EQ(one.exit_code, 0) << one.err;
-  const Result two = train(2, "two", with("data.batch_size=16"));
+  const Result two = train(2, "two", plus(common, "data.batch_size=16"));
   ASSERT_EQ(two.exit_code, 0) << two.err;
   const auto reference = losses("one");
   ASSERT_FALSE(reference.empty());

@@ -91,36 +91,45 @@ void DistContext::broadcast_from_rank0(const std::vector<at::Tensor>& tensors) c
              [&] { brrr::broadcast_from_rank0(group_, tensors); });
 }
 
-StopVote::StopVote(const DistContext& dist) : dist_(dist) {}
+bool DistContext::any(bool value) const {
+  return min(value ? 0 : 1) == 0;
+}
+
+StopVote::StopVote(const DistContext& dist)
+    : dist_(dist),
+      vote_(at::zeros({1}, at::TensorOptions().dtype(at::kInt).device(dist.device()))) {
+  // One device tensor, one host copy and one event for the whole run: a vote is a fill, an
+  // all-reduce and (on CUDA) an asynchronous copy, with nothing allocated per step.
+  if (dist.device().is_cuda()) {
+    host_ = at::zeros({1}, at::TensorOptions().dtype(at::kInt).pinned_memory(true));
+    ready_ = std::make_shared<c10::Event>(c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT);
+  } else {
+    host_ = vote_;  // Gloo's all-reduce is done when wait() returns
+  }
+}
 
 StopVote::~StopVote() = default;
 
 bool StopVote::cast(bool want_stop) {
   bool previous = false;
-  if (pending_.defined()) {
+  if (cast_) {
     if (ready_) ready_->synchronize();  // the previous step's vote; this step's work runs on
-    previous = pending_.item<int32_t>() != 0;
+    previous = host_.item<int32_t>() != 0;
   }
-  const c10::Device device = dist_.device();
-  const bool cuda = device.is_cuda();
-  at::Tensor vote =
-      at::full({1}, want_stop ? 1 : 0, at::TensorOptions().dtype(at::kInt).device(device));
+  vote_.fill_(want_stop ? 1 : 0);
   collective(dist_, "the stop vote", [&] {
-    std::vector<at::Tensor> tensors = {vote};
+    std::vector<at::Tensor> tensors = {vote_};
     c10d::AllreduceOptions options;
     options.reduceOp = c10d::ReduceOp::MAX;
     // On CUDA wait() only orders the compute stream after the all-reduce; nothing blocks here.
     dist_.group()->allreduce(tensors, options)->wait();
   });
-  if (cuda) {
-    pending_ = at::empty({1}, at::TensorOptions().dtype(at::kInt).pinned_memory(true));
-    pending_.copy_(vote, /*non_blocking=*/true);
-    ready_ = std::make_shared<c10::Event>(c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT);
+  if (ready_) {
+    host_.copy_(vote_, /*non_blocking=*/true);
     c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
-    ready_->record(impl.getStream(device));
-  } else {
-    pending_ = vote;
+    ready_->record(impl.getStream(dist_.device()));
   }
+  cast_ = true;
   return previous;
 }
 

@@ -46,6 +46,8 @@ class DistContext {
   void sum(at::Tensor& tensor) const;
   /// The smallest `value` of any rank (a tuned batch size every rank can use).
   int64_t min(int64_t value) const;
+  /// Whether `value` is true on some rank.
+  bool any(bool value) const;
   /// Rank 0's `value` on every rank (through the store: no device involved). Every rank calls
   /// it in the same order; `what` names it in errors.
   std::string from_rank0(const std::string& what, const std::string& value);
@@ -74,8 +76,10 @@ class StopVote {
 
  private:
   const DistContext& dist_;
-  at::Tensor pending_;                 // the previous vote's outcome, on the host once ready
-  std::shared_ptr<c10::Event> ready_;  // recorded after its copy to the host (CUDA)
+  at::Tensor vote_;                    // on the group's device: this step's vote, all-reduced
+  at::Tensor host_;                    // its copy on the host (vote_ itself on CPU)
+  std::shared_ptr<c10::Event> ready_;  // CUDA: recorded after the copy to host_
+  bool cast_ = false;                  // a vote was cast already (host_ holds its outcome)
 };
 
 }  // namespace brrr
