@@ -89,33 +89,43 @@ at::Tensor Gpt::forward(const at::Tensor& input) {
   }
   const int64_t T = input.size(1);
   const at::Tensor pos = at::arange(T, input.options().dtype(at::kLong));  // (T,)
-  at::Tensor x = wte_->forward(input) + wpe_->forward(pos);                // (B, T, C)
-  x = at::dropout(x, options_.dropout, is_training());
-  if (fused_) return at::linear(forward_fused(x), lm_head_weight_);                 // (B, T, V)
+  const at::Tensor tok = wte_->forward(input);                             // (B, T, C)
+  const at::Tensor pos_emb = wpe_->forward(pos);                           // (T, C)
+  if (fused_) return at::linear(forward_fused(tok, pos_emb), lm_head_weight_);  // (B, T, V)
+  at::Tensor x = at::dropout(tok + pos_emb, options_.dropout, is_training());
   for (const auto& block : *h_) x = block->as<detail::GptBlockImpl>()->forward(x);  // (B, T, C)
   return at::linear(ln_f_->forward(x), lm_head_weight_);                            // (B, T, V)
 }
 
-at::Tensor Gpt::forward_fused(const at::Tensor& x) {
-  const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
+at::Tensor Gpt::forward_fused(const at::Tensor& tok, const at::Tensor& pos_emb) {
+  const int64_t B = tok.size(0), T = tok.size(1), C = tok.size(2);
   // The dtype the matmuls run in: autocast's, else the activations'.
-  const c10::DeviceType type = x.device().type();
+  const c10::DeviceType type = tok.device().type();
   const at::ScalarType compute = at::autocast::is_autocast_enabled(type)
                                      ? at::autocast::get_autocast_dtype(type)
-                                     : x.scalar_type();
+                                     : tok.scalar_type();
   auto rows = [&](const at::Tensor& t) { return t.reshape({B * T, C}); };  // (N, C)
   auto blocks = [&](const at::Tensor& t) { return t.view({B, T, C}); };    // (B, T, C)
   // Block i: y = ln_1(res); res += attn(y); y = ln_2(res); res += mlp(y); the last two steps of a
-  // block and the first of the next are each one residual_layernorm, the last one with ln_f.
-  at::Tensor res = rows(x);                                         // (N, C) float32
-  at::Tensor y = h_->at<detail::GptBlockImpl>(0).ln_1->forward(x);  // (B, T, C)
+  // block and the first of the next are each one residual_layernorm, the last one with ln_f. The
+  // branches' outputs go in as the matmuls leave them (bf16 under autocast): the op adds them to
+  // the float32 stream in float.
+  detail::GptLayerNormImpl& ln_0 = *h_->at<detail::GptBlockImpl>(0).ln_1;
+  at::Tensor res, y;  // (N, C): the stream in float32, the normalised rows in `compute`
+  if (options_.dropout > 0.0 && is_training()) {  // the dropout sits between the add and ln_1
+    res = rows(at::dropout(tok + pos_emb, options_.dropout, /*train=*/true));
+    y = ln_0.forward(res).to(compute);
+  } else {  // the embeddings' add is the first residual_layernorm's
+    std::tie(res, y) = residual_layernorm(rows(tok), rows(pos_emb.expand({B, T, C})), ln_0.weight,
+                                          ln_0.bias, 1e-5, compute);
+  }
   const int64_t n = static_cast<int64_t>(h_->size());
   for (int64_t i = 0; i < n; ++i) {
     auto& block = h_->at<detail::GptBlockImpl>(static_cast<size_t>(i));
-    const at::Tensor a = rows(block.attn->forward(blocks(y))).to(res.scalar_type());
+    const at::Tensor a = rows(block.attn->forward(blocks(y)));
     std::tie(res, y) =
         residual_layernorm(res, a, block.ln_2->weight, block.ln_2->bias, 1e-5, compute);
-    const at::Tensor m = rows(block.mlp->forward_fused(blocks(y))).to(res.scalar_type());
+    const at::Tensor m = rows(block.mlp->forward_fused(blocks(y)));
     const detail::GptLayerNormImpl& next =
         i + 1 < n ? *h_->at<detail::GptBlockImpl>(static_cast<size_t>(i + 1)).ln_1 : *ln_f_;
     std::tie(res, y) = residual_layernorm(res, m, next.weight, next.bias, 1e-5, compute);

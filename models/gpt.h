@@ -49,7 +49,8 @@ class Gpt : public Model {
  private:
   /// The blocks with residual add + LayerNorm and bias + GELU fused (brrr::ops): the residual
   /// stream stays float32, each LayerNorm's output is in the compute dtype.
-  at::Tensor forward_fused(const at::Tensor& x);  // (B, T, C) float32 -> (B, T, C)
+  // tok: (B, T, C) token embeddings, pos_emb: (T, C) -> (B, T, C) ln_f output in the compute dtype
+  at::Tensor forward_fused(const at::Tensor& tok, const at::Tensor& pos_emb);
 
   ModelOptions options_;
   torch::nn::Embedding wte_{nullptr};  // (vocab_size, n_embd)

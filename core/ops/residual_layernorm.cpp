@@ -27,12 +27,17 @@ void check_args(const at::Tensor& residual, const at::Tensor& x, const at::Tenso
                     "float32, float64, bfloat16 or float16, got {} [{}]",
                     c10::toString(dtype), fmt::join(residual.sizes(), ", ")));
   }
-  if (x.sizes() != residual.sizes() || x.scalar_type() != dtype ||
-      x.device() != residual.device()) {
+  // x in residual's dtype, or the narrower bf16/fp16 of a branch under autocast when the stream
+  // is float32 (added in float, as `residual + x` promotes).
+  const at::ScalarType xt = x.scalar_type();
+  const bool x_dtype_ok =
+      xt == dtype || (dtype == at::kFloat && (xt == at::kBFloat16 || xt == at::kHalf));
+  if (x.sizes() != residual.sizes() || !x_dtype_ok || x.device() != residual.device()) {
     throw DataError(fmt::format(
-        "residual_layernorm: x must match residual, {} [{}] on {}, got {} [{}] on {}",
-        c10::toString(dtype), fmt::join(residual.sizes(), ", "), residual.device().str(),
-        c10::toString(x.scalar_type()), fmt::join(x.sizes(), ", "), x.device().str()));
+        "residual_layernorm: x must be [{}] on {} in residual's dtype {}{}, got {} [{}] on {}",
+        fmt::join(residual.sizes(), ", "), residual.device().str(), c10::toString(dtype),
+        dtype == at::kFloat ? " (or bfloat16/float16)" : "", c10::toString(xt),
+        fmt::join(x.sizes(), ", "), x.device().str()));
   }
   const int64_t channels = residual.size(1);
   const at::ScalarType param = at::toOpMathType(dtype);
@@ -94,24 +99,32 @@ class ResidualLayerNormFunction : public torch::autograd::Function<ResidualLayer
             ? detail::residual_layernorm_forward_cuda(residual, x, weight, bias, eps, out_dtype)
             : forward_stage_cpu(residual, x, weight, bias, eps, out_dtype);
     ctx->save_for_backward({out[0], weight, out[2], out[3]});
+    ctx->saved_data["x_dtype"] = static_cast<int64_t>(x.scalar_type());
     ctx->set_materialize_grads(false);  // an unused output's gradient stays undefined (zero)
     return {out[0], out[1]};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const variable_list saved = ctx->get_saved_variables();
+    const auto x_dtype = static_cast<at::ScalarType>(ctx->saved_data["x_dtype"].toInt());
     const at::Tensor& d_new_residual = grads[0];
     const at::Tensor& dy = grads[1];
     if (!dy.defined()) {  // y unused: the residual's gradient passes through the add
-      return {d_new_residual, d_new_residual, {}, {}, {}, {}};
+      const at::Tensor dx = d_new_residual.defined() ? d_new_residual.to(x_dtype) : at::Tensor();
+      return {d_new_residual, dx, {}, {}, {}, {}};
     }
     const at::Tensor dn = d_new_residual.defined() ? d_new_residual.contiguous() : at::Tensor();
-    const std::vector<at::Tensor> g =
-        saved[0].is_cuda() ? detail::residual_layernorm_backward_cuda(dy.contiguous(), dn, saved[0],
-                                                                      saved[1], saved[2], saved[3])
-                           : backward_stage_cpu(dy, dn, saved[0], saved[1], saved[2], saved[3]);
-    // d(residual) and d(x) are the same tensor, as for any add (PyTorch's AddBackward does too).
-    return {g[0], g[0], g[1], g[2], {}, {}};
+    std::vector<at::Tensor> g;
+    if (saved[0].is_cuda()) {
+      g = detail::residual_layernorm_backward_cuda(dy.contiguous(), dn, saved[0], saved[1],
+                                                   saved[2], saved[3], x_dtype);
+    } else {
+      g = backward_stage_cpu(dy, dn, saved[0], saved[1], saved[2], saved[3]);
+      g.push_back(g[0].to(x_dtype));
+    }
+    // With one dtype d(residual) and d(x) are the same tensor, as for any add (PyTorch's
+    // AddBackward does too); a narrower x gets d(residual) rounded to its dtype.
+    return {g[0], g[3], g[1], g[2], {}, {}};
   }
 };
 

@@ -12,7 +12,8 @@
 //     partials (grid, 2, C), and sum_partials_kernel adds the rows in order.
 // The kernels are bound by memory: forward reads residual and x and writes new_residual and y
 // (its re-reads of new_residual hit the cache); backward reads new_residual, dy and
-// d_new_residual twice (the second time from the cache) and writes d_residual.
+// d_new_residual twice (the second time from the cache) and writes d_residual (and d_x when x
+// has its own, narrower dtype: the bf16 branch output under a float32 residual stream).
 #include <ATen/Dispatch.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
@@ -23,6 +24,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <type_traits>
 
 #include "core/error.h"
 #include "core/ops/kernel_utils.cuh"
@@ -35,11 +37,12 @@ namespace {
 constexpr int kFwdWarps = 8;
 constexpr int kBwdMaxWarps = 8;
 
-// T: residual's dtype, out_t: y's, kV: elements per access (kVec16<T>, or 1 on the scalar path).
-template <typename T, typename out_t, int kV>
+// T: residual's dtype, X: x's (T, or bf16/fp16 under a float32 residual), out_t: y's, kV:
+// elements per access (kVec16<T>, or 1 on the scalar path).
+template <typename T, typename X, typename out_t, int kV>
 __global__ void __launch_bounds__(kFwdWarps* kWarpSize)
     ln_forward_kernel(const T* __restrict__ residual,          // (N, C)
-                      const T* __restrict__ x,                 // (N, C)
+                      const X* __restrict__ x,                 // (N, C)
                       const acc_type<T>* __restrict__ weight,  // (C,)
                       const acc_type<T>* __restrict__ bias,    // (C,)
                       T* __restrict__ h,                       // (N, C) new residual
@@ -55,7 +58,7 @@ __global__ void __launch_bounds__(kFwdWarps* kWarpSize)
   acc_t sum = 0;
   for (int64_t j = lane; j < chunks; j += kWarpSize) {
     const Vec<T, kV> r = load_vec<T, kV>(residual + off + j * kV);
-    const Vec<T, kV> v = load_vec<T, kV>(x + off + j * kV);
+    const Vec<X, kV> v = load_vec<X, kV>(x + off + j * kV);
     Vec<T, kV> s;
 #pragma unroll
     for (int k = 0; k < kV; ++k) {
@@ -102,9 +105,10 @@ __device__ __forceinline__ int64_t slot_of(int64_t j, int k) {
   return (j / kWarpSize) * kWarpSize * kV + k * kWarpSize + j % kWarpSize;
 }
 
-// T: residual's dtype, out_t: dy's (y's), kV as in the forward. Dynamic shared memory: two
-// slices (dweight, dbias sums) of `slice` acc_t per warp. dnew may be null (zero).
-template <typename T, typename out_t, int kV>
+// T: residual's dtype, X: x's, out_t: dy's (y's), kV as in the forward. Dynamic shared memory:
+// two slices (dweight, dbias sums) of `slice` acc_t per warp. dnew may be null (zero); dx is null
+// when X is T (d_x is then d_residual itself).
+template <typename T, typename X, typename out_t, int kV>
 __global__ void __launch_bounds__(kBwdMaxWarps* kWarpSize)
     ln_backward_kernel(const out_t* __restrict__ dy,            // (N, C)
                        const T* __restrict__ dnew,              // (N, C) or null
@@ -112,7 +116,8 @@ __global__ void __launch_bounds__(kBwdMaxWarps* kWarpSize)
                        const acc_type<T>* __restrict__ weight,  // (C,)
                        const acc_type<T>* __restrict__ mean,    // (N,)
                        const acc_type<T>* __restrict__ rstd,    // (N,)
-                       T* __restrict__ dh,                      // (N, C) d_residual = d_x
+                       T* __restrict__ dh,                      // (N, C) d_residual
+                       X* __restrict__ dx,                      // (N, C) d_x, or null
                        acc_type<T>* __restrict__ partial,       // (gridDim.x, 2, C)
                        int64_t rows, int64_t channels, int64_t slice) {
   using acc_t = acc_type<T>;
@@ -155,14 +160,17 @@ __global__ void __launch_bounds__(kBwdMaxWarps* kWarpSize)
       Vec<T, kV> n;
       if (dnew != nullptr) n = load_vec<T, kV>(dnew + off + j * kV);
       Vec<T, kV> o;
+      Vec<X, kV> ox;
 #pragma unroll
       for (int k = 0; k < kV; ++k) {
         const acc_t xhat = (static_cast<acc_t>(hv.v[k]) - m) * r;
         acc_t v = r * (static_cast<acc_t>(d.v[k]) * w.v[k] - mean_g - xhat * mean_gx);
         if (dnew != nullptr) v += static_cast<acc_t>(n.v[k]);
         o.v[k] = static_cast<T>(v);
+        ox.v[k] = static_cast<X>(o.v[k]);  // as autograd's cast of d_residual to x's dtype
       }
       store_vec<T, kV>(dh + off + j * kV, o);
+      if (dx != nullptr) store_vec<X, kV>(dx + off + j * kV, ox);
     }
   }
   __syncthreads();
@@ -180,17 +188,38 @@ __global__ void __launch_bounds__(kBwdMaxWarps* kWarpSize)
 }
 
 // Whether every pointer allows kV-element accesses: C % kV == 0 and each base aligned to
-// kV elements of its type (then every row start is too).
-template <typename T, typename out_t>
+// kV elements of its type (then every row start is too). Undefined tensors do not count.
+template <typename T, typename X, typename out_t>
 bool vector_path(int64_t channels, std::initializer_list<const at::Tensor*> t_tensors,
-                 const at::Tensor& out_tensor, const at::Tensor& weight) {
+                 const at::Tensor& x_tensor, const at::Tensor& out_tensor,
+                 const at::Tensor& weight) {
   constexpr int kV = kVec16<T>;
   if (channels % kV != 0) return false;
   for (const at::Tensor* t : t_tensors) {
     if (t->defined() && !is_aligned(t->data_ptr(), sizeof(T) * kV)) return false;
   }
-  return is_aligned(out_tensor.data_ptr(), sizeof(out_t) * kV) &&
+  return (!x_tensor.defined() || is_aligned(x_tensor.data_ptr(), sizeof(X) * kV)) &&
+         is_aligned(out_tensor.data_ptr(), sizeof(out_t) * kV) &&
          is_aligned(weight.data_ptr(), sizeof(acc_type<T>) * kV);
+}
+
+template <typename T>
+struct TypeTag {
+  using type = T;
+};
+
+// Calls f(TypeTag<X>{}) with x's element type X: residual's own T, or bf16/fp16 when T is float
+// (check_args admits nothing else).
+template <typename T, typename F>
+void dispatch_x(at::ScalarType x_dtype, F&& f) {
+  if (x_dtype == c10::CppTypeToScalarType<T>::value) return f(TypeTag<T>{});
+  if constexpr (std::is_same_v<T, float>) {
+    if (x_dtype == at::kBFloat16) return f(TypeTag<c10::BFloat16>{});
+    if (x_dtype == at::kHalf) return f(TypeTag<c10::Half>{});
+  }
+  throw DataError(std::string("residual_layernorm: x of dtype ") + c10::toString(x_dtype) +
+                  " under a residual of " + c10::toString(c10::CppTypeToScalarType<T>::value) +
+                  " has no kernel");
 }
 
 }  // namespace
@@ -214,19 +243,23 @@ std::vector<at::Tensor> residual_layernorm_forward_cuda(const at::Tensor& residu
     using acc_t = acc_type<T>;
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, out_dtype, "rln_fwd_out", [&] {
       using out_t = scalar_t;
-      auto launch = [&](auto kernel) {
-        kernel<<<blocks, kFwdWarps * kWarpSize, 0, stream>>>(
-            residual.data_ptr<T>(), x.data_ptr<T>(), weight.data_ptr<acc_t>(),
-            bias.data_ptr<acc_t>(), h.data_ptr<T>(), y.data_ptr<out_t>(), mean.data_ptr<acc_t>(),
-            rstd.data_ptr<acc_t>(), rows, channels, static_cast<acc_t>(eps));
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
-      };
-      if (vector_path<T, out_t>(channels, {&residual, &x, &h}, y, weight) &&
-          is_aligned(bias.data_ptr(), sizeof(acc_t) * kVec16<T>)) {
-        launch(ln_forward_kernel<T, out_t, kVec16<T>>);
-      } else {
-        launch(ln_forward_kernel<T, out_t, 1>);
-      }
+      dispatch_x<T>(x.scalar_type(), [&](auto tag) {
+        using X = typename decltype(tag)::type;
+        auto launch = [&](auto kernel) {
+          kernel<<<blocks, kFwdWarps * kWarpSize, 0, stream>>>(
+              residual.data_ptr<T>(), x.data_ptr<X>(), weight.data_ptr<acc_t>(),
+              bias.data_ptr<acc_t>(), h.data_ptr<T>(), y.data_ptr<out_t>(),
+              mean.data_ptr<acc_t>(), rstd.data_ptr<acc_t>(), rows, channels,
+              static_cast<acc_t>(eps));
+          C10_CUDA_KERNEL_LAUNCH_CHECK();
+        };
+        if (vector_path<T, X, out_t>(channels, {&residual, &h}, x, y, weight) &&
+            is_aligned(bias.data_ptr(), sizeof(acc_t) * kVec16<T>)) {
+          launch(ln_forward_kernel<T, X, out_t, kVec16<T>>);
+        } else {
+          launch(ln_forward_kernel<T, X, out_t, 1>);
+        }
+      });
     });
   });
   return {h, y, mean, rstd};
@@ -253,12 +286,17 @@ int backward_warps(int64_t channels, size_t slice_bytes) {
 
 std::vector<at::Tensor> residual_layernorm_backward_cuda(
     const at::Tensor& dy, const at::Tensor& d_new_residual, const at::Tensor& new_residual,
-    const at::Tensor& weight, const at::Tensor& mean, const at::Tensor& rstd) {
+    const at::Tensor& weight, const at::Tensor& mean, const at::Tensor& rstd,
+    at::ScalarType x_dtype) {
   const c10::cuda::CUDAGuard guard(dy.device());
   const int64_t rows = new_residual.size(0), channels = new_residual.size(1);
   at::Tensor dh = at::empty_like(new_residual);
+  // d_x in x's own dtype, written by the same pass (no cast kernel after it); d_residual when the
+  // dtypes agree.
+  const bool own_dx = x_dtype != new_residual.scalar_type();
+  at::Tensor dx = own_dx ? at::empty_like(new_residual, new_residual.options().dtype(x_dtype)) : dh;
   at::Tensor dweight = at::empty_like(weight), dbias = at::empty_like(weight);
-  if (rows == 0) return {dh, dweight.zero_(), dbias.zero_()};
+  if (rows == 0) return {dh, dweight.zero_(), dbias.zero_(), dx};
   const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(
@@ -268,41 +306,45 @@ std::vector<at::Tensor> residual_layernorm_backward_cuda(
         AT_DISPATCH_FLOATING_TYPES_AND2(
             at::kHalf, at::kBFloat16, dy.scalar_type(), "rln_bwd_dy", [&] {
               using out_t = scalar_t;
-              auto launch = [&](auto kernel, int vec) {
-                const int64_t slice =
-                    (channels / vec + kWarpSize - 1) / kWarpSize * kWarpSize * vec;
-                const int warps = backward_warps(channels, slice * sizeof(acc_t));
-                const size_t smem = static_cast<size_t>(warps) * 2 * slice * sizeof(acc_t);
-                C10_CUDA_CHECK(cudaFuncSetAttribute(
-                    kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-                int per_sm = 0;
-                C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                    &per_sm, kernel, warps * kWarpSize, smem));
-                const int64_t blocks = std::min<int64_t>((rows + warps - 1) / warps,
-                                                         int64_t{std::max(per_sm, 1)} * sms);
-                at::Tensor partial = at::empty({blocks, 2, channels}, weight.options());
-                kernel<<<static_cast<unsigned>(blocks), warps * kWarpSize, smem, stream>>>(
-                    dy.data_ptr<out_t>(),
-                    d_new_residual.defined() ? d_new_residual.data_ptr<T>() : nullptr,
-                    new_residual.data_ptr<T>(), weight.data_ptr<acc_t>(), mean.data_ptr<acc_t>(),
-                    rstd.data_ptr<acc_t>(), dh.data_ptr<T>(), partial.data_ptr<acc_t>(), rows,
-                    channels, slice);
-                C10_CUDA_KERNEL_LAUNCH_CHECK();
-                const acc_t* p = partial.data_ptr<acc_t>();
-                launch_sum_partials(p, dweight.data_ptr<acc_t>(), blocks, channels, 2 * channels,
-                                    stream);
-                launch_sum_partials(p + channels, dbias.data_ptr<acc_t>(), blocks, channels,
-                                    2 * channels, stream);
-              };
-              if (vector_path<T, out_t>(channels, {&new_residual, &d_new_residual, &dh}, dy,
-                                        weight)) {
-                launch(ln_backward_kernel<T, out_t, kVec16<T>>, kVec16<T>);
-              } else {
-                launch(ln_backward_kernel<T, out_t, 1>, 1);
-              }
+              dispatch_x<T>(x_dtype, [&](auto tag) {
+                using X = typename decltype(tag)::type;
+                auto launch = [&](auto kernel, int vec) {
+                  const int64_t slice =
+                      (channels / vec + kWarpSize - 1) / kWarpSize * kWarpSize * vec;
+                  const int warps = backward_warps(channels, slice * sizeof(acc_t));
+                  const size_t smem = static_cast<size_t>(warps) * 2 * slice * sizeof(acc_t);
+                  C10_CUDA_CHECK(cudaFuncSetAttribute(
+                      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+                  int per_sm = 0;
+                  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                      &per_sm, kernel, warps * kWarpSize, smem));
+                  const int64_t blocks = std::min<int64_t>((rows + warps - 1) / warps,
+                                                           int64_t{std::max(per_sm, 1)} * sms);
+                  at::Tensor partial = at::empty({blocks, 2, channels}, weight.options());
+                  kernel<<<static_cast<unsigned>(blocks), warps * kWarpSize, smem, stream>>>(
+                      dy.data_ptr<out_t>(),
+                      d_new_residual.defined() ? d_new_residual.data_ptr<T>() : nullptr,
+                      new_residual.data_ptr<T>(), weight.data_ptr<acc_t>(),
+                      mean.data_ptr<acc_t>(), rstd.data_ptr<acc_t>(), dh.data_ptr<T>(),
+                      own_dx ? dx.data_ptr<X>() : nullptr, partial.data_ptr<acc_t>(), rows,
+                      channels, slice);
+                  C10_CUDA_KERNEL_LAUNCH_CHECK();
+                  const acc_t* p = partial.data_ptr<acc_t>();
+                  launch_sum_partials(p, dweight.data_ptr<acc_t>(), blocks, channels,
+                                      2 * channels, stream);
+                  launch_sum_partials(p + channels, dbias.data_ptr<acc_t>(), blocks, channels,
+                                      2 * channels, stream);
+                };
+                if (vector_path<T, X, out_t>(channels, {&new_residual, &d_new_residual, &dh},
+                                             dx, dy, weight)) {
+                  launch(ln_backward_kernel<T, X, out_t, kVec16<T>>, kVec16<T>);
+                } else {
+                  launch(ln_backward_kernel<T, X, out_t, 1>, 1);
+                }
+              });
             });
       });
-  return {dh, dweight, dbias};
+  return {dh, dweight, dbias, dx};
 }
 
 bool residual_layernorm_cuda_built() {

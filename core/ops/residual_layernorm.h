@@ -3,7 +3,9 @@
 // in one pass over the rows.
 //
 //   residual: (N, C) float32, bf16, fp16 or float64 (N = B * T rows of the residual stream)
-//   x:        (N, C) residual's dtype (the attention or MLP branch's output)
+//   x:        (N, C) residual's dtype, or bf16/fp16 under a float32 residual (the attention or
+//             MLP branch's output as autocast's matmul leaves it: added in float, as
+//             `residual + x` promotes, so no cast kernel runs before the op)
 //   weight:   (C,) float32 (float64 for float64 activations): LayerNorm's gamma
 //   bias:     (C,) weight's dtype: LayerNorm's beta
 //   eps:      added to the variance, as in torch.nn.LayerNorm
@@ -20,7 +22,8 @@
 //   forward:  one warp per row: the sum written once, mean and variance in float by two passes
 //             over the row (the second and the output pass re-read the row from cache).
 //   backward: one warp per row: d(residual) = d(x) = d(new_residual) + dLN(dy) in residual's
-//             dtype (one tensor returned for both); each block adds its rows' dy * xhat and dy
+//             dtype (one tensor returned for both; a narrower x also gets it rounded to x's
+//             dtype, written by the same pass); each block adds its rows' dy * xhat and dy
 //             into per-block partial sums in float, and a second small kernel sums the blocks'
 //             partials in a fixed order into dweight and dbias (deterministic: no atomics).
 // Saved for backward: new_residual, weight, mean (N,) and rstd (N,) in float (float64 for
@@ -68,10 +71,12 @@ std::vector<at::Tensor> residual_layernorm_forward_cuda(const at::Tensor& residu
                                                         const at::Tensor& bias, double eps,
                                                         at::ScalarType out_dtype);
 /// Backward kernels' launcher. dy: (N, C) contiguous; d_new_residual: (N, C) contiguous or
-/// undefined (zero). Returns {d_residual, dweight, dbias}.
+/// undefined (zero); x_dtype: x's dtype. Returns {d_residual, dweight, dbias, d_x}, d_x being
+/// d_residual itself when x_dtype is residual's.
 std::vector<at::Tensor> residual_layernorm_backward_cuda(
     const at::Tensor& dy, const at::Tensor& d_new_residual, const at::Tensor& new_residual,
-    const at::Tensor& weight, const at::Tensor& mean, const at::Tensor& rstd);
+    const at::Tensor& weight, const at::Tensor& mean, const at::Tensor& rstd,
+    at::ScalarType x_dtype);
 /// Whether this build has the CUDA kernels.
 bool residual_layernorm_cuda_built();
 }  // namespace detail

@@ -13,7 +13,8 @@ std::vector<at::Tensor> residual_layernorm_forward_cuda(const at::Tensor&, const
 
 std::vector<at::Tensor> residual_layernorm_backward_cuda(const at::Tensor&, const at::Tensor&,
                                                          const at::Tensor&, const at::Tensor&,
-                                                         const at::Tensor&, const at::Tensor&) {
+                                                         const at::Tensor&, const at::Tensor&,
+                                                         at::ScalarType) {
   throw Error("residual_layernorm: this brrr was built without CUDA");
 }
 

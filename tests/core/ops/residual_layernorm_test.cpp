@@ -10,6 +10,8 @@
 #include <torch/autograd.h>
 #include <torch/cuda.h>
 
+#include <optional>
+
 #include "core/error.h"
 #include "tests/core/ops/ops_test_util.h"
 
@@ -23,10 +25,13 @@ struct Inputs {
   at::Tensor residual, x, weight, bias;
 };
 
-Inputs make_inputs(int64_t rows, int64_t channels, at::ScalarType dtype, at::Device device) {
+// x in x_dtype (residual's dtype when left out).
+Inputs make_inputs(int64_t rows, int64_t channels, at::ScalarType dtype, at::Device device,
+                   std::optional<at::ScalarType> x_dtype = std::nullopt) {
   const auto f = at::TensorOptions().device(device).dtype(at::toOpMathType(dtype));
   // An offset mean, so the variance pass is tested against cancellation.
-  return {(at::randn({rows, channels}, f) + 3).to(dtype), at::randn({rows, channels}, f).to(dtype),
+  return {(at::randn({rows, channels}, f) + 3).to(dtype),
+          at::randn({rows, channels}, f).to(x_dtype.value_or(dtype)),
           at::randn({channels}, f) * 0.5 + 1, at::randn({channels}, f) * 0.1};
 }
 
@@ -140,6 +145,41 @@ TEST(ResidualLayerNormTest, MixedDtypesMatchTheReference) {
   }
 }
 
+// A float32 stream with the branch in bf16/fp16 (what autocast's matmuls return): the same as
+// adding in float and normalising, and d x is d residual rounded to x's dtype, as autograd's
+// cast gives the unfused composition.
+TEST(ResidualLayerNormTest, NarrowBranchUnderAFloatStreamEqualsTheUnfusedComposition) {
+  SCOPED_TRACE("seed " + std::to_string(test::fresh_seed()));
+  for (at::ScalarType x_dtype : {at::kBFloat16, at::kHalf}) {
+    for (at::ScalarType out : {at::kBFloat16, at::kFloat}) {
+      SCOPED_TRACE(::testing::Message() << "x " << x_dtype << " out " << out);
+      const Inputs in = make_inputs(9, 768, at::kFloat, at::kCPU, x_dtype);
+      const at::Tensor dh = at::randn({9, 768}), dy = at::randn({9, 768}).to(out);
+      const Op unfused = [out](const Inputs& i) {
+        const at::Tensor h = i.residual + i.x;  // promotes to float32
+        return std::tuple{h, at::layer_norm(h, {h.size(1)}, i.weight, i.bias, kEps).to(out)};
+      };
+      const auto want = run(unfused, in, dh, dy);
+      for (const auto& [name, op] :
+           {std::pair{"function", function_op(out)}, std::pair{"reference", reference_op(out)}}) {
+        SCOPED_TRACE(name);
+        const auto got = run(op, in, dh, dy);
+        EXPECT_EQ(got[0].scalar_type(), at::kFloat);
+        EXPECT_EQ(got[3].scalar_type(), x_dtype) << "d x";
+        EXPECT_EQ(got[2].scalar_type(), at::kFloat) << "d residual";
+        // float32 results to 1e-6; y and d x to their own dtype's rounding (a last-bit difference
+        // in float may round one element the other way).
+        for (size_t i = 0; i < got.size(); ++i) {
+          const at::ScalarType t = got[i].scalar_type();
+          const double tol = t == at::kBFloat16 ? 1e-2 : t == at::kHalf ? 2e-3 : 1e-6;
+          EXPECT_LT(rel_error(got[i], want[i]), tol) << kNames[i];
+        }
+        EXPECT_TRUE(at::equal(got[3], got[2].to(x_dtype))) << "d x is d residual rounded";
+      }
+    }
+  }
+}
+
 TEST(ResidualLayerNormTest, BadArgumentsNameWhatIsWrong) {
   const Inputs in = make_inputs(4, 6, at::kFloat, at::kCPU);
   auto message = [&](const at::Tensor& r, const at::Tensor& x, const at::Tensor& w,
@@ -154,9 +194,12 @@ TEST(ResidualLayerNormTest, BadArgumentsNameWhatIsWrong) {
                   "got Float [24]"));
   EXPECT_TRUE(has(message(in.residual.to(at::kInt), in.x, in.weight), "got Int [4, 6]"));
   EXPECT_TRUE(has(message(in.residual, in.x.view({6, 4}), in.weight),
-                  "x must match residual, Float [4, 6] on cpu, got Float [6, 4] on cpu"));
+                  "x must be [4, 6] on cpu in residual's dtype Float (or bfloat16/float16), "
+                  "got Float [6, 4] on cpu"));
   EXPECT_TRUE(
-      has(message(in.residual, in.x.to(at::kBFloat16), in.weight), "got BFloat16 [4, 6] on cpu"));
+      has(message(in.residual, in.x.to(at::kDouble), in.weight), "got Double [4, 6] on cpu"));
+  EXPECT_TRUE(has(message(in.residual.to(at::kBFloat16), in.x, in.weight.to(at::kFloat)),
+                  "x must be [4, 6] on cpu in residual's dtype BFloat16, got Float [4, 6]"));
   EXPECT_TRUE(has(message(in.residual, in.x, at::ones({5})),
                   "weight and bias must be Float (6,) on cpu for residual Float [4, 6], got "
                   "Float [5] on cpu"));
@@ -177,29 +220,38 @@ TEST(ResidualLayerNormCudaTest, KernelsMatchTheReference) {
   const at::Device cuda(at::kCUDA);
   const std::vector<std::pair<int64_t, int64_t>> shapes = {
       {1, 768}, {7, 768}, {4097, 768}, {16384, 768}, {33, 1000}, {3001, 1000}, {5, 8}, {2, 4000}};
-  const std::vector<std::pair<at::ScalarType, at::ScalarType>> dtypes = {
-      {at::kFloat, at::kFloat},
-      {at::kBFloat16, at::kBFloat16},
-      {at::kBFloat16, at::kFloat},
-      {at::kFloat, at::kBFloat16},
-      {at::kHalf, at::kHalf}};
+  struct Dtypes {
+    at::ScalarType residual, x, out;
+  };
+  const std::vector<Dtypes> dtypes = {{at::kFloat, at::kFloat, at::kFloat},
+                                      {at::kBFloat16, at::kBFloat16, at::kBFloat16},
+                                      {at::kBFloat16, at::kBFloat16, at::kFloat},
+                                      {at::kFloat, at::kFloat, at::kBFloat16},
+                                      {at::kFloat, at::kBFloat16, at::kBFloat16},  // GPT's
+                                      {at::kFloat, at::kHalf, at::kFloat},
+                                      {at::kHalf, at::kHalf, at::kHalf}};
   for (const auto& [rows, channels] : shapes) {
-    for (const auto& [dtype, out] : dtypes) {
+    for (const auto& [dtype, x_dtype, out] : dtypes) {
       for (bool misaligned : {false, true}) {
         SCOPED_TRACE(::testing::Message() << "N " << rows << " C " << channels << " " << dtype
-                                          << " -> " << out << (misaligned ? " misaligned" : ""));
-        Inputs in = make_inputs(rows, channels, dtype, cuda);
+                                          << " + " << x_dtype << " -> " << out
+                                          << (misaligned ? " misaligned" : ""));
+        Inputs in = make_inputs(rows, channels, dtype, cuda, x_dtype);
         if (misaligned) {  // rows one element off 16 bytes: the scalar path at any C
           at::Tensor buf = at::empty({rows * channels + 1}, in.x.options());
           in.x = buf.narrow(0, 1, rows * channels).view({rows, channels}).copy_(in.x);
         }
         const at::Tensor dh = at::randn({rows, channels}, in.weight.options()).to(dtype);
         const at::Tensor dy = at::randn({rows, channels}, in.weight.options()).to(out);
-        test::poison({{{rows, channels}, dtype}, {{rows, channels}, out}, {{rows}, at::kFloat}},
+        test::poison({{{rows, channels}, dtype},
+                      {{rows, channels}, x_dtype},
+                      {{rows, channels}, out},
+                      {{rows}, at::kFloat}},
                      cuda);
         const auto got = run(function_op(out), in, dh, dy);
         const auto want = run(reference_op(out), in, dh, dy);
-        const bool low = dtype != at::kFloat || out != at::kFloat;
+        ASSERT_EQ(got[3].scalar_type(), x_dtype);
+        const bool low = dtype != at::kFloat || x_dtype != at::kFloat || out != at::kFloat;
         expect_close(got, want, low ? 1e-2 : 1e-5);
       }
     }
