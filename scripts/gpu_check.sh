@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The one script run on the GPU machine: build, GPU tests, data, benchmarks, blog ladder.
 #
-#   scripts/gpu_check.sh [build] [tests] [data] [loader] [resnet] [gpt] [gptprof] [autotune]
-#                        [resnet64] [fused] [blog] [ddp1] [scaling] [scaling_resnet] [drill]
-#                        (none: all but gptprof, autotune, resnet64, fused and the data-parallel
-#                        ones, in order)
+#   scripts/gpu_check.sh [build] [tests] [data] [loader] [resnet] [gpt] [gptprof] [fusedprof]
+#                        [recipe] [autotune] [resnet64] [fused] [blog] [ddp1] [scaling]
+#                        [scaling_resnet] [drill]
+#                        (none: build tests data loader resnet gpt blog, in order)
 #
 # Each stage runs under its own time limit (seconds, env STAGE_BUDGET_<NAME>), and the whole call
 # keeps within BUDGET_S (default 560 s, under the 10-minute limit of one call): a stage that no
@@ -208,6 +208,64 @@ stage_gptprof() {
   run python3 bench/trace_kernels.py --steps 3 torch="$d/eager_accum1.json" brrr="$d/brrr.json" \
     --top 60 | tee "$d/kernels.md" || rc=1
   gzip -f "$d"/*.json
+  return $rc
+}
+
+# The fused GPT-2 step against torch.compile's, kernel by kernel: Kineto traces of 3 steps at
+# B=16 (bench/trace_kernels.py), to find where compile is still ahead.
+stage_fusedprof() {
+  set -o pipefail
+  [[ -s data_cache/fortunes_train.bin ]] || run scripts/prepare_data.sh tokens || return 1
+  local d=$RES/fusedprof rc=0
+  mkdir -p "$d"
+  rm -rf runs/gpu_check/gpt2_fused_prof
+  run "$BUILD_DIR/trainer" --config configs/gpt2-124m.yaml --set run.name=gpt2_fused_prof \
+    --set run.output_dir=runs/gpu_check --set data.batch_size=16 --set train.grad_accum_steps=1 \
+    --set train.max_steps=40 --set train.log_every=20 --set train.eval_every=0 \
+    --set train.eval_batches=1 --set model.fused=auto --set train.profile.start_step=25 \
+    --set train.profile.steps=3 2>&1 | tail -3 || rc=1
+  cp runs/gpu_check/gpt2_fused_prof/trace.json "$d/brrr_fused.json" 2>/dev/null
+  keep_run runs/gpu_check/gpt2_fused_prof "$d/runs/gpt2_fused_prof"
+  run python3 bench/torch_gpt2.py --tokens data_cache/fortunes_train.bin --modes compile \
+    --accum 1 --batch 16 --steps 10 --warmup 10 --profile "$d" --profile-steps 3 || rc=1
+  run python3 bench/trace_kernels.py --steps 3 compile="$d/compile_accum1.json" \
+    brrr="$d/brrr_fused.json" --top 70 | tee "$d/kernels.md" || rc=1
+  gzip -f "$d"/*.json
+  return $rc
+}
+
+# The article recipe (8 x 1024 tokens, accumulation 4): brrr fused and unfused against PyTorch
+# eager and torch.compile and the Hugging Face Trainer with torch_compile, in one call; then the
+# GPT ladder's fused rung.
+stage_recipe() {
+  set -o pipefail
+  [[ -s data_cache/fortunes_train.bin ]] || run scripts/prepare_data.sh tokens || return 1
+  local d=$RES/recipe rc=0 f
+  mkdir -p "$d/runs"
+  for f in auto false; do
+    rm -rf "runs/gpu_check/gpt2_recipe_$f"
+    run "$BUILD_DIR/trainer" --config configs/gpt2-124m.yaml --set run.name="gpt2_recipe_$f" \
+      --set run.output_dir=runs/gpu_check --set train.max_steps=60 --set train.log_every=10 \
+      --set train.eval_every=0 --set train.eval_batches=1 --set model.fused=$f 2>&1 | tail -3 || rc=1
+    keep_run "runs/gpu_check/gpt2_recipe_$f" "$d/runs/gpt2_recipe_$f"
+  done
+  run python3 bench/torch_gpt2.py --tokens data_cache/fortunes_train.bin --modes eager,compile \
+    --accum 4 --batch 8 --steps 20 --warmup 10 --csv "$d/torch_gpt2_recipe.csv" || rc=1
+  run python3 bench/hf_gpt2.py --tokens data_cache/fortunes_train.bin --max-steps 30 \
+    --warmup 10 --csv "$d/hf_gpt2.csv" || rc=1
+  python3 - "$d" <<'PY'
+import json, pathlib, statistics, sys
+d = pathlib.Path(sys.argv[1])
+for run in sorted((d / "runs").iterdir()):
+    recs = [json.loads(l) for l in (run / "metrics.jsonl").open()]
+    train = [r for r in recs if r["kind"] == "train"][1:]
+    summary = [r for r in recs if r["kind"] == "summary"][-1]
+    print(f"{run.name}: median {statistics.median(r['tokens_per_s'] for r in train):.0f} tokens/s "
+          f"over {len(train)} windows, peak memory {summary.get('mem_peak_mib', 0):.0f} MiB")
+PY
+  cat "$d/torch_gpt2_recipe.csv" "$d/hf_gpt2.csv" 2>/dev/null
+  run env TRAINER="$BUILD_DIR/trainer" RUNS_DIR=runs/blog REPORT_DIR="$d/blog" \
+    LOG_DIR="$LOG/blog" scripts/run_blog.sh gpt_04_accum gpt_05_fused || rc=1
   return $rc
 }
 
@@ -525,7 +583,9 @@ if [[ "${FULL_TESTS:-0}" == 1 ]]; then default_tests_budget=420; else default_te
 declare -A BUDGET=([build]=${STAGE_BUDGET_BUILD:-480} [tests]=${STAGE_BUDGET_TESTS:-$default_tests_budget}
                    [data]=${STAGE_BUDGET_DATA:-120} [loader]=${STAGE_BUDGET_LOADER:-200}
                    [resnet]=${STAGE_BUDGET_RESNET:-240} [gpt]=${STAGE_BUDGET_GPT:-420}
-                   [gptprof]=${STAGE_BUDGET_GPTPROF:-180} [autotune]=${STAGE_BUDGET_AUTOTUNE:-240}
+                   [gptprof]=${STAGE_BUDGET_GPTPROF:-180}
+                   [fusedprof]=${STAGE_BUDGET_FUSEDPROF:-200}
+                   [recipe]=${STAGE_BUDGET_RECIPE:-360} [autotune]=${STAGE_BUDGET_AUTOTUNE:-240}
                    [resnet64]=${STAGE_BUDGET_RESNET64:-200} [fused]=${STAGE_BUDGET_FUSED:-420}
                    [blog]=${STAGE_BUDGET_BLOG:-420} [ddp1]=${STAGE_BUDGET_DDP1:-240}
                    [scaling]=${STAGE_BUDGET_SCALING:-540}
@@ -534,11 +594,11 @@ declare -A BUDGET=([build]=${STAGE_BUDGET_BUILD:-480} [tests]=${STAGE_BUDGET_TES
 stages=("$@")
 (( ${#stages[@]} > 0 )) || stages=(build tests data loader resnet gpt blog)
 for s in "${stages[@]}"; do
-  [[ -n "${BUDGET[$s]:-}" ]] || { echo "gpu_check: unknown stage '$s' (build tests data loader resnet gpt gptprof autotune resnet64 fused blog ddp1 scaling scaling_resnet drill)" >&2; exit 2; }
+  [[ -n "${BUDGET[$s]:-}" ]] || { echo "gpu_check: unknown stage '$s' (build tests data loader resnet gpt gptprof fusedprof recipe autotune resnet64 fused blog ddp1 scaling scaling_resnet drill)" >&2; exit 2; }
 done
 
 export -f run keep_run need_data stage_build stage_tests stage_data stage_loader stage_resnet \
-  stage_gpt stage_gptprof stage_autotune stage_resnet64 stage_fused stage_blog stage_ddp1 stage_scaling stage_scaling_resnet stage_drill
+  stage_gpt stage_gptprof stage_fusedprof stage_recipe stage_autotune stage_resnet64 stage_fused stage_blog stage_ddp1 stage_scaling stage_scaling_resnet stage_drill
 export RES LOG ROOT
 status=0
 for STAGE in "${stages[@]}"; do
