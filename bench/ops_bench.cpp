@@ -22,6 +22,7 @@
 
 #include "core/error.h"
 #include "core/ops/bias_gelu.h"
+#include "core/ops/linear_bias.h"
 #include "core/ops/fused_classifier.h"
 #include "core/ops/image_input.h"
 #include "core/ops/residual_layernorm.h"
@@ -181,6 +182,17 @@ void bench_bias_gelu(Out& out, int repeats) {
   }
 }
 
+// A linear's bias gradient: the column sums of d y, (N, C) bf16 -> (C,), for GPT-2's two widths.
+void bench_bias_grad(Out& out, int repeats) {
+  for (const int64_t cols : {kC, 3 * kC}) {
+    const at::Tensor g = randn({kRows, cols}, at::kBFloat16);
+    const double bytes = static_cast<double>(kRows * cols) * 2;
+    const std::string op = "bias_grad_" + std::to_string(cols);
+    out.row(op.c_str(), "eager", "bwd", time_ms([&] { at::sum(g, 0); }, repeats), bytes);
+    out.row(op.c_str(), "brrr", "bwd", time_ms([&] { brrr::column_sum(g); }, repeats), bytes);
+  }
+}
+
 void bench_image_input(Out& out, int repeats) {
   const at::Tensor x = at::randint(0, 256, {256, 3, 224, 224},
                                    at::TensorOptions().device(at::kCUDA).dtype(at::kByte));
@@ -222,6 +234,7 @@ int main(int argc, char** argv) {
     bench_classifier(out, repeats);
     bench_residual_layernorm(out, repeats);
     bench_bias_gelu(out, repeats);
+    bench_bias_grad(out, repeats);
     bench_image_input(out, repeats);
     if (out.file) std::fclose(out.file);
     return 0;

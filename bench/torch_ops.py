@@ -138,6 +138,16 @@ def main():
         row("bias_gelu", impl, "fwd", time_ms(fwd, args.repeats), n * 4)
         row("bias_gelu", impl, "fwd+bwd", time_ms(fwd_bwd, args.repeats), n * 10)
 
+    # a linear's bias gradient: column sums of d y, (N, C) bf16 -> (C,)
+    def bias_grad(g):
+        return g.sum(0)
+
+    bias_grad_compiled = torch.compile(bias_grad)
+    for cols in (C, 3 * C):
+        g = torch.randn(ROWS, cols, device=dev, dtype=bf16)
+        for impl, f in (("torch_eager", bias_grad), ("torch_compile", bias_grad_compiled)):
+            row(f"bias_grad_{cols}", impl, "bwd", time_ms(lambda: f(g), args.repeats), g.numel() * 2)
+
     # image input: uint8 NCHW -> normalised bf16 channels-last
     img = torch.randint(0, 256, (256, 3, 224, 224), device=dev, dtype=torch.uint8)
     scale = torch.rand(3, device=dev).view(1, 3, 1, 1)

@@ -122,7 +122,7 @@ at::Tensor Gpt::forward_fused(const at::Tensor& tok, const at::Tensor& pos_emb) 
   const int64_t n = static_cast<int64_t>(h_->size());
   for (int64_t i = 0; i < n; ++i) {
     auto& block = h_->at<detail::GptBlockImpl>(static_cast<size_t>(i));
-    const at::Tensor a = rows(block.attn->forward(blocks(y)));
+    const at::Tensor a = rows(block.attn->forward(blocks(y), /*fused_ops=*/true));
     std::tie(res, y) =
         residual_layernorm(res, a, block.ln_2->weight, block.ln_2->bias, 1e-5, compute);
     const at::Tensor m = rows(block.mlp->forward_fused(blocks(y)));
@@ -156,7 +156,7 @@ std::string Gpt::describe() const {
       "{}, attention {})",
       options_.n_layer, options_.n_head, options_.n_embd, options_.block_size, options_.vocab_size,
       options_.bias, options_.tie_embeddings,
-      fused_ ? "fused residual+layernorm and bias+gelu" : "unfused ATen ops",
+      fused_ ? "fused residual+layernorm, bias+gelu, linear bias gradients" : "unfused ATen ops",
       to_string(attention_)));
 }
 

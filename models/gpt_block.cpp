@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include "core/ops/bias_gelu.h"
+#include "core/ops/linear_bias.h"
 
 namespace brrr::detail {
 namespace {
@@ -38,11 +39,14 @@ GptAttentionImpl::GptAttentionImpl(int64_t n_embd, int64_t n_head, double dropou
       dropout_(dropout),
       backend_(backend) {}
 
-at::Tensor GptAttentionImpl::forward(const at::Tensor& x) {
+at::Tensor GptAttentionImpl::forward(const at::Tensor& x, bool fused_ops) {
   const int64_t B = x.size(0);
   const int64_t T = x.size(1);
   const int64_t C = x.size(2);
-  const auto qkv = fused_linear(c_attn, x).split(C, /*dim=*/2);  // 3 x (B, T, C)
+  auto project = [&](const torch::nn::Linear& layer, const at::Tensor& in) {
+    return fused_ops ? linear_bias(in, layer->weight, layer->bias) : fused_linear(layer, in);
+  };
+  const auto qkv = project(c_attn, x).split(C, /*dim=*/2);  // 3 x (B, T, C)
   auto heads = [&](const at::Tensor& t) {
     return t.view({B, T, n_head_, C / n_head_}).transpose(1, 2);  // (B, nh, T, hs)
   };
@@ -50,7 +54,7 @@ at::Tensor GptAttentionImpl::forward(const at::Tensor& x) {
       causal_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), is_training() ? dropout_ : 0.0,
                        backend_);  // (B, nh, T, hs)
   const at::Tensor merged = y.transpose(1, 2).contiguous().view({B, T, C});
-  return at::dropout(fused_linear(c_proj, merged), dropout_, is_training());
+  return at::dropout(project(c_proj, merged), dropout_, is_training());
 }
 
 GptMlpImpl::GptMlpImpl(int64_t n_embd, double dropout, bool bias)
@@ -69,7 +73,7 @@ at::Tensor GptMlpImpl::forward_fused(const at::Tensor& x) {
   const at::Tensor pre = at::linear(x, c_fc->weight);  // (B, T, 4C)
   const int64_t rows = pre.numel() / pre.size(-1);
   const at::Tensor h = bias_gelu(pre.view({rows, pre.size(-1)}), c_fc->bias).view(pre.sizes());
-  return at::dropout(fused_linear(c_proj, h), dropout_, is_training());
+  return at::dropout(linear_bias(h, c_proj->weight, c_proj->bias), dropout_, is_training());
 }
 
 GptBlockImpl::GptBlockImpl(int64_t n_embd, int64_t n_head, double dropout, bool bias,

@@ -26,7 +26,8 @@ class GptAttentionImpl : public torch::nn::Module {
  public:
   GptAttentionImpl(int64_t n_embd, int64_t n_head, double dropout, bool bias,
                    AttentionBackend backend);
-  at::Tensor forward(const at::Tensor& x);  // (B, T, C) -> (B, T, C)
+  /// fused_ops: the linears as ops::linear_bias (bias gradients by brrr's column-sum kernel).
+  at::Tensor forward(const at::Tensor& x, bool fused_ops = false);  // (B, T, C) -> (B, T, C)
 
   torch::nn::Linear c_attn{nullptr};
   torch::nn::Linear c_proj{nullptr};
@@ -42,7 +43,8 @@ class GptMlpImpl : public torch::nn::Module {
  public:
   GptMlpImpl(int64_t n_embd, double dropout, bool bias);
   at::Tensor forward(const at::Tensor& x);  // (B, T, C) -> (B, T, C)
-  /// The same with c_fc's bias and the GELU in one op (ops::bias_gelu); needs bias.
+  /// The same with c_fc's bias and the GELU in one op (ops::bias_gelu), c_proj as
+  /// ops::linear_bias; needs bias.
   at::Tensor forward_fused(const at::Tensor& x);  // (B, T, C) -> (B, T, C)
 
   torch::nn::Linear c_fc{nullptr};
