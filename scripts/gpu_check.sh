@@ -21,7 +21,8 @@
 #
 # Environment: BRRR_COMMIT (recorded when .git is absent), FULL_TESTS=1 (also the whole ctest
 # suite), RESNET_COMPILE=1 (also torch.compile in the ResNet comparison), GPT_COMPILE=0 (skip the
-# torch.compile GPT runs), GPT_HF=0 (skip the Hugging Face Trainer run), GPT_TORCH_STEPS (60), LOADER_WORKERS (default 0,1,2,4,8,16), BUILD_DIR (default build-gpu).
+# torch.compile GPT runs), GPT_HF=0 (skip the Hugging Face Trainer run), BUILD_TARGETS (ninja
+# targets of the build stage; default all), GPT_TORCH_STEPS (60), LOADER_WORKERS (default 0,1,2,4,8,16), BUILD_DIR (default build-gpu).
 set -uo pipefail
 
 cd "$(dirname "$0")/.."
@@ -90,7 +91,9 @@ stage_build() {
     run cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \
       -DCMAKE_PREFIX_PATH="$prefix" || return 1
   fi
-  run ninja -C "$BUILD_DIR" -j16 -k 0
+  # BUILD_TARGETS (e.g. "trainer"): only those, for a call that runs no tests or benchmarks.
+  # shellcheck disable=SC2086
+  run ninja -C "$BUILD_DIR" -j16 -k 0 ${BUILD_TARGETS:-}
 }
 
 stage_tests() {
@@ -234,38 +237,25 @@ stage_fusedprof() {
   return $rc
 }
 
-# The article recipe (8 x 1024 tokens, accumulation 4): brrr fused and unfused against PyTorch
-# eager and torch.compile and the Hugging Face Trainer with torch_compile, in one call; then the
-# GPT ladder's fused rung.
+# The article recipe (8 x 1024 tokens, accumulation 4) in one call: the GPT ladder's rungs 4
+# (unfused ATen) and 5 (the fused ops) against PyTorch eager and torch.compile and the Hugging
+# Face Trainer with torch_compile.
 stage_recipe() {
   set -o pipefail
   [[ -s data_cache/fortunes_train.bin ]] || run scripts/prepare_data.sh tokens || return 1
-  local d=$RES/recipe rc=0 f
-  mkdir -p "$d/runs"
-  for f in auto false; do
-    rm -rf "runs/gpu_check/gpt2_recipe_$f"
-    run "$BUILD_DIR/trainer" --config configs/gpt2-124m.yaml --set run.name="gpt2_recipe_$f" \
-      --set run.output_dir=runs/gpu_check --set train.max_steps=60 --set train.log_every=10 \
-      --set train.eval_every=0 --set train.eval_batches=1 --set model.fused=$f 2>&1 | tail -3 || rc=1
-    keep_run "runs/gpu_check/gpt2_recipe_$f" "$d/runs/gpt2_recipe_$f"
+  local d=$RES/recipe rc=0
+  mkdir -p "$d"
+  run env TRAINER="$BUILD_DIR/trainer" RUNS_DIR=runs/blog REPORT_DIR="$d/blog" \
+    LOG_DIR="$LOG/blog" scripts/run_blog.sh gpt_04_accum gpt_05_fused || rc=1
+  for r in runs/blog/blog_gpt_04_accum runs/blog/blog_gpt_05_fused; do
+    [[ -d "$r" ]] && keep_run "$r" "$d/runs/$(basename "$r")"
   done
+  cat "$d/blog/blog_table.md" 2>/dev/null
   run python3 bench/torch_gpt2.py --tokens data_cache/fortunes_train.bin --modes eager,compile \
     --accum 4 --batch 8 --steps 20 --warmup 10 --csv "$d/torch_gpt2_recipe.csv" || rc=1
   run python3 bench/hf_gpt2.py --tokens data_cache/fortunes_train.bin --max-steps 30 \
     --warmup 10 --csv "$d/hf_gpt2.csv" || rc=1
-  python3 - "$d" <<'PY'
-import json, pathlib, statistics, sys
-d = pathlib.Path(sys.argv[1])
-for run in sorted((d / "runs").iterdir()):
-    recs = [json.loads(l) for l in (run / "metrics.jsonl").open()]
-    train = [r for r in recs if r["kind"] == "train"][1:]
-    summary = [r for r in recs if r["kind"] == "summary"][-1]
-    print(f"{run.name}: median {statistics.median(r['tokens_per_s'] for r in train):.0f} tokens/s "
-          f"over {len(train)} windows, peak memory {summary.get('mem_peak_mib', 0):.0f} MiB")
-PY
   cat "$d/torch_gpt2_recipe.csv" "$d/hf_gpt2.csv" 2>/dev/null
-  run env TRAINER="$BUILD_DIR/trainer" RUNS_DIR=runs/blog REPORT_DIR="$d/blog" \
-    LOG_DIR="$LOG/blog" scripts/run_blog.sh gpt_04_accum gpt_05_fused || rc=1
   return $rc
 }
 
