@@ -5,11 +5,10 @@
 #include <fmt/ranges.h>
 
 #include <filesystem>
-#include <mutex>
-#include <stdexcept>
 #include <utility>
 
 #include "core/error.h"
+#include "core/name_registry.h"
 #include "data/csv_dataset.h"
 #include "data/fashion_mnist.h"
 #include "data/image_folder.h"
@@ -48,58 +47,20 @@ void require_path(const std::string& path, const std::string& key, const std::st
   }
 }
 
-const char* const kBuiltIn[] = {"fashion_mnist", "image_folder", "token_file", "csv"};
-
-struct Registered {
-  std::mutex mutex;
-  std::vector<std::pair<std::string, DatasetFactory>> entries;
-};
-
-Registered& registered() {
-  static Registered r;
+NameRegistry<DatasetFactory>& registry() {
+  static NameRegistry<DatasetFactory> r("dataset",
+                                        {"fashion_mnist", "image_folder", "token_file", "csv"});
   return r;
-}
-
-bool is_built_in(const std::string& name) {
-  for (const char* b : kBuiltIn) {
-    if (name == b) return true;
-  }
-  return false;
-}
-
-DatasetFactory find_registered(const std::string& name) {
-  Registered& r = registered();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  for (const auto& e : r.entries) {
-    if (e.first == name) return e.second;
-  }
-  return {};
 }
 
 }  // namespace
 
 void register_dataset(const std::string& name, DatasetFactory factory) {
-  if (name.empty()) throw std::invalid_argument("register_dataset: the name is empty");
-  if (!factory) throw std::invalid_argument("register_dataset('" + name + "'): no factory");
-  if (is_built_in(name)) {
-    throw std::invalid_argument("register_dataset('" + name + "'): brrr has a dataset of that name");
-  }
-  Registered& r = registered();
-  std::lock_guard<std::mutex> lock(r.mutex);  // the check and the insertion under one lock
-  for (const auto& e : r.entries) {
-    if (e.first == name) {
-      throw std::invalid_argument("register_dataset('" + name + "'): registered already");
-    }
-  }
-  r.entries.emplace_back(name, std::move(factory));
+  registry().add(name, std::move(factory));
 }
 
 std::vector<std::string> dataset_names() {
-  std::vector<std::string> names(std::begin(kBuiltIn), std::end(kBuiltIn));
-  Registered& r = registered();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  for (const auto& e : r.entries) names.push_back(e.first);
-  return names;
+  return registry().names();
 }
 
 DatasetPtr make_subset(DatasetPtr base, int64_t limit) {
@@ -132,7 +93,7 @@ DatasetPtr make_dataset(const DatasetOptions& options, const std::string& key) {
   } else if (name == "csv") {
     require_path(options.path, key, "csv");
     dataset = std::make_shared<CsvDataset>(options.path, options.label_column, options.header);
-  } else if (DatasetFactory factory = find_registered(name)) {
+  } else if (DatasetFactory factory = registry().find(name)) {
     dataset = factory(options, key);
     if (!dataset) {
       throw Error(fmt::format("the factory of dataset '{}' ({}.dataset) returned no dataset", name,

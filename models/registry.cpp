@@ -3,11 +3,10 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <mutex>
-#include <stdexcept>
 #include <utility>
 
 #include "core/error.h"
+#include "core/name_registry.h"
 #include "models/convnet.h"
 #include "models/gpt.h"
 #include "models/mlp.h"
@@ -40,17 +39,6 @@ const Entry kModels[] = {
      [](const ModelOptions& o) -> std::shared_ptr<Model> { return std::make_shared<Gpt>(o); }},
 };
 
-// The models a program registered, in registration order.
-struct Registered {
-  std::mutex mutex;
-  std::vector<std::pair<std::string, ModelFactory>> entries;
-};
-
-Registered& registered() {
-  static Registered r;
-  return r;
-}
-
 const Entry* built_in(const std::string& name) {
   for (const auto& entry : kModels) {
     if (name == entry.name) return &entry;
@@ -58,31 +46,23 @@ const Entry* built_in(const std::string& name) {
   return nullptr;
 }
 
+NameRegistry<ModelFactory>& registry() {
+  static NameRegistry<ModelFactory> r("model", [] {
+    std::vector<std::string> names;
+    for (const auto& entry : kModels) names.emplace_back(entry.name);
+    return names;
+  }());
+  return r;
+}
+
 }  // namespace
 
 void register_model(const std::string& name, ModelFactory factory) {
-  if (name.empty()) throw std::invalid_argument("register_model: the name is empty");
-  if (!factory) throw std::invalid_argument("register_model('" + name + "'): no factory");
-  if (built_in(name) != nullptr) {
-    throw std::invalid_argument("register_model('" + name + "'): brrr has a model of that name");
-  }
-  Registered& r = registered();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  for (const auto& entry : r.entries) {
-    if (entry.first == name) {
-      throw std::invalid_argument("register_model('" + name + "'): registered already");
-    }
-  }
-  r.entries.emplace_back(name, std::move(factory));
+  registry().add(name, std::move(factory));
 }
 
 std::vector<std::string> model_names() {
-  std::vector<std::string> names;
-  for (const auto& entry : kModels) names.emplace_back(entry.name);
-  Registered& r = registered();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  for (const auto& entry : r.entries) names.push_back(entry.first);
-  return names;
+  return registry().names();
 }
 
 std::shared_ptr<Model> make_model(const ModelOptions& options) {
@@ -90,14 +70,7 @@ std::shared_ptr<Model> make_model(const ModelOptions& options) {
   if (const Entry* entry = built_in(options.name)) {
     model = entry->make(options);
   } else {
-    ModelFactory factory;
-    {
-      Registered& r = registered();
-      std::lock_guard<std::mutex> lock(r.mutex);
-      for (const auto& e : r.entries) {
-        if (e.first == options.name) factory = e.second;
-      }
-    }
+    const ModelFactory factory = registry().find(options.name);
     if (!factory) {
       throw ConfigError(fmt::format("model.name: unknown model '{}'; valid names: {}",
                                     options.name, fmt::join(model_names(), ", ")));
