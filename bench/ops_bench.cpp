@@ -22,9 +22,9 @@
 
 #include "core/error.h"
 #include "core/ops/bias_gelu.h"
-#include "core/ops/linear_bias.h"
 #include "core/ops/fused_classifier.h"
 #include "core/ops/image_input.h"
+#include "core/ops/linear_bias.h"
 #include "core/ops/residual_layernorm.h"
 
 namespace {

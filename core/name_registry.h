@@ -27,7 +27,8 @@ class NameRegistry {
     const std::string who = "register_" + kind_ + "('" + name + "')";
     if (name.empty()) throw std::invalid_argument("register_" + kind_ + ": the name is empty");
     if (!factory) throw std::invalid_argument(who + ": no factory");
-    if (is_built_in(name)) throw std::invalid_argument(who + ": brrr has a " + kind_ + " of that name");
+    if (is_built_in(name))
+      throw std::invalid_argument(who + ": brrr has a " + kind_ + " of that name");
     std::lock_guard<std::mutex> lock(mutex_);
     for (const auto& entry : entries_) {
       if (entry.first == name) throw std::invalid_argument(who + ": registered already");

@@ -88,9 +88,9 @@ at::Tensor Gpt::forward(const at::Tensor& input) {
         options_.block_size, c10::toString(input.scalar_type()), fmt::join(input.sizes(), ", ")));
   }
   const int64_t T = input.size(1);
-  const at::Tensor pos = at::arange(T, input.options().dtype(at::kLong));  // (T,)
-  const at::Tensor tok = wte_->forward(input);                             // (B, T, C)
-  const at::Tensor pos_emb = wpe_->forward(pos);                           // (T, C)
+  const at::Tensor pos = at::arange(T, input.options().dtype(at::kLong));       // (T,)
+  const at::Tensor tok = wte_->forward(input);                                  // (B, T, C)
+  const at::Tensor pos_emb = wpe_->forward(pos);                                // (T, C)
   if (fused_) return at::linear(forward_fused(tok, pos_emb), lm_head_weight_);  // (B, T, V)
   at::Tensor x = at::dropout(tok + pos_emb, options_.dropout, is_training());
   for (const auto& block : *h_) x = block->as<detail::GptBlockImpl>()->forward(x);  // (B, T, C)

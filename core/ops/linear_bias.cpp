@@ -29,9 +29,8 @@ void check_args(const at::Tensor& x, const at::Tensor& weight, const at::Tensor&
         "linear_bias: expected x (..., in), weight (out, in), bias (out,) of one floating dtype "
         "on one device, got x {} [{}] on {}, weight {} [{}] on {}, bias {} [{}] on {}",
         c10::toString(x.scalar_type()), fmt::join(x.sizes(), ", "), x.device().str(),
-        c10::toString(weight.scalar_type()), fmt::join(weight.sizes(), ", "),
-        weight.device().str(), c10::toString(bias.scalar_type()), fmt::join(bias.sizes(), ", "),
-        bias.device().str()));
+        c10::toString(weight.scalar_type()), fmt::join(weight.sizes(), ", "), weight.device().str(),
+        c10::toString(bias.scalar_type()), fmt::join(bias.sizes(), ", "), bias.device().str()));
   }
 }
 

@@ -25,8 +25,8 @@ constexpr int kWarps = 8;
 // T: the gradient's dtype, kV: columns a lane (kVec16<T>, or 1 on the scalar path).
 template <typename T, int kV>
 __global__ void __launch_bounds__(kWarps* kWarpSize)
-    column_partials_kernel(const T* __restrict__ t,              // (N, C)
-                           acc_type<T>* __restrict__ partial,    // (gridDim.y, C)
+    column_partials_kernel(const T* __restrict__ t,            // (N, C)
+                           acc_type<T>* __restrict__ partial,  // (gridDim.y, C)
                            int64_t rows, int64_t cols, int64_t rows_per_chunk) {
   using acc_t = acc_type<T>;
   __shared__ acc_t warp_sums[kWarps][kWarpSize * kV];
@@ -79,13 +79,13 @@ at::Tensor column_sum_cuda(const at::Tensor& t) {
       const int64_t per_chunk = std::max<int64_t>(kWarps, (rows + want_chunks - 1) / want_chunks);
       const int64_t chunks = std::min<int64_t>((rows + per_chunk - 1) / per_chunk, 65535);
       const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
-      at::Tensor partial = at::empty({chunks, cols}, t.options().dtype(c10::CppTypeToScalarType<acc_t>::value));
-      kernel<<<dim3(static_cast<unsigned>(slabs), static_cast<unsigned>(chunks)), kWarps * kWarpSize,
-               0, stream>>>(t.data_ptr<T>(), partial.data_ptr<acc_t>(), rows, cols,
-                            rows_per_chunk);
+      at::Tensor partial =
+          at::empty({chunks, cols}, t.options().dtype(c10::CppTypeToScalarType<acc_t>::value));
+      kernel<<<dim3(static_cast<unsigned>(slabs), static_cast<unsigned>(chunks)),
+               kWarps * kWarpSize, 0, stream>>>(t.data_ptr<T>(), partial.data_ptr<acc_t>(), rows,
+                                                cols, rows_per_chunk);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
-      launch_sum_partials(partial.data_ptr<acc_t>(), out.data_ptr<T>(), chunks, cols, cols,
-                          stream);
+      launch_sum_partials(partial.data_ptr<acc_t>(), out.data_ptr<T>(), chunks, cols, cols, stream);
     };
     if (cols % kVec16<T> == 0 && is_aligned(t.data_ptr(), 16)) {
       launch(column_partials_kernel<T, kVec16<T>>, kVec16<T>);

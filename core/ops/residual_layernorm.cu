@@ -248,9 +248,8 @@ std::vector<at::Tensor> residual_layernorm_forward_cuda(const at::Tensor& residu
         auto launch = [&](auto kernel) {
           kernel<<<blocks, kFwdWarps * kWarpSize, 0, stream>>>(
               residual.data_ptr<T>(), x.data_ptr<X>(), weight.data_ptr<acc_t>(),
-              bias.data_ptr<acc_t>(), h.data_ptr<T>(), y.data_ptr<out_t>(),
-              mean.data_ptr<acc_t>(), rstd.data_ptr<acc_t>(), rows, channels,
-              static_cast<acc_t>(eps));
+              bias.data_ptr<acc_t>(), h.data_ptr<T>(), y.data_ptr<out_t>(), mean.data_ptr<acc_t>(),
+              rstd.data_ptr<acc_t>(), rows, channels, static_cast<acc_t>(eps));
           C10_CUDA_KERNEL_LAUNCH_CHECK();
         };
         if (vector_path<T, X, out_t>(channels, {&residual, &h}, x, y, weight) &&
@@ -324,19 +323,18 @@ std::vector<at::Tensor> residual_layernorm_backward_cuda(
                   kernel<<<static_cast<unsigned>(blocks), warps * kWarpSize, smem, stream>>>(
                       dy.data_ptr<out_t>(),
                       d_new_residual.defined() ? d_new_residual.data_ptr<T>() : nullptr,
-                      new_residual.data_ptr<T>(), weight.data_ptr<acc_t>(),
-                      mean.data_ptr<acc_t>(), rstd.data_ptr<acc_t>(), dh.data_ptr<T>(),
-                      own_dx ? dx.data_ptr<X>() : nullptr, partial.data_ptr<acc_t>(), rows,
-                      channels, slice);
+                      new_residual.data_ptr<T>(), weight.data_ptr<acc_t>(), mean.data_ptr<acc_t>(),
+                      rstd.data_ptr<acc_t>(), dh.data_ptr<T>(), own_dx ? dx.data_ptr<X>() : nullptr,
+                      partial.data_ptr<acc_t>(), rows, channels, slice);
                   C10_CUDA_KERNEL_LAUNCH_CHECK();
                   const acc_t* p = partial.data_ptr<acc_t>();
-                  launch_sum_partials(p, dweight.data_ptr<acc_t>(), blocks, channels,
-                                      2 * channels, stream);
+                  launch_sum_partials(p, dweight.data_ptr<acc_t>(), blocks, channels, 2 * channels,
+                                      stream);
                   launch_sum_partials(p + channels, dbias.data_ptr<acc_t>(), blocks, channels,
                                       2 * channels, stream);
                 };
-                if (vector_path<T, X, out_t>(channels, {&new_residual, &d_new_residual, &dh},
-                                             dx, dy, weight)) {
+                if (vector_path<T, X, out_t>(channels, {&new_residual, &d_new_residual, &dh}, dx,
+                                             dy, weight)) {
                   launch(ln_backward_kernel<T, X, out_t, kVec16<T>>, kVec16<T>);
                 } else {
                   launch(ln_backward_kernel<T, X, out_t, 1>, 1);

@@ -50,11 +50,11 @@ TEST(LinearBiasTest, FunctionEqualsAtLinearOnCpu) {
     std::vector<int64_t> ys = xs;
     ys.back() = 24;
     const at::Tensor dy = at::randn(ys);
-    const Grads want = run(
-        [](auto& x_, auto& w_, auto& b_) { return at::linear(x_, w_, b_); }, x, w, b, dy);
-    const Grads got = run([](auto& x_, auto& w_, auto& b_) {
-      return detail::linear_bias_function(x_, w_, b_);
-    }, x, w, b, dy);
+    const Grads want =
+        run([](auto& x_, auto& w_, auto& b_) { return at::linear(x_, w_, b_); }, x, w, b, dy);
+    const Grads got =
+        run([](auto& x_, auto& w_, auto& b_) { return detail::linear_bias_function(x_, w_, b_); },
+            x, w, b, dy);
     expect_close(got, want, 1e-6, 1e-6);
     EXPECT_EQ(got.y.sizes(), want.y.sizes());
   }
@@ -65,9 +65,9 @@ TEST(LinearBiasTest, GradientsMatchFiniteDifferences) {
   at::Tensor x = at::randn({2, 3, 5}, at::kDouble), w = at::randn({4, 5}, at::kDouble);
   at::Tensor b = at::randn({4}, at::kDouble);
   const at::Tensor dy = at::randn({2, 3, 4}, at::kDouble);
-  const Grads got = run([](auto& x_, auto& w_, auto& b_) {
-    return detail::linear_bias_function(x_, w_, b_);
-  }, x, w, b, dy);
+  const Grads got =
+      run([](auto& x_, auto& w_, auto& b_) { return detail::linear_bias_function(x_, w_, b_); }, x,
+          w, b, dy);
   auto loss = [&] { return (detail::linear_bias_function(x, w, b) * dy).sum(); };
   EXPECT_LT(rel_error(got.dx, test::numeric_grad(loss, x)), 1e-7) << "d x";
   EXPECT_LT(rel_error(got.dw, test::numeric_grad(loss, w)), 1e-7) << "d weight";
@@ -107,7 +107,9 @@ TEST(LinearBiasTest, BadArgumentsNameWhatIsWrong) {
   EXPECT_TRUE(has(dtypes, "weight BFloat16 [3, 4]")) << dtypes;
   EXPECT_TRUE(has(test::data_error_message([] { column_sum(at::ones({4})); }),
                   "column_sum: expected a floating (N, C) tensor, got Float [4]"));
-  EXPECT_TRUE(has(test::data_error_message([] { column_sum(at::ones({4, 2}, at::kInt)); }),
+  EXPECT_TRUE(has(test::data_error_message([] {
+                    column_sum(at::ones({4, 2}, at::kInt));
+                  }),
                   "got Int [4, 2]"));
 }
 
@@ -123,8 +125,8 @@ TEST(LinearBiasCudaTest, ColumnSumMatchesAFloat64Sum) {
   for (const auto& [rows, cols] : shapes) {
     for (at::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf, at::kDouble}) {
       for (bool misaligned : {false, true}) {
-        SCOPED_TRACE(::testing::Message() << rows << " x " << cols << " " << dtype
-                                          << (misaligned ? " misaligned" : ""));
+        SCOPED_TRACE(::testing::Message()
+                     << rows << " x " << cols << " " << dtype << (misaligned ? " misaligned" : ""));
         at::Tensor t = at::randn({rows, cols}, at::TensorOptions().device(cuda)).add_(0.5);
         t = t.to(dtype);
         if (misaligned) {  // one element off 16 bytes: the scalar path
@@ -135,7 +137,8 @@ TEST(LinearBiasCudaTest, ColumnSumMatchesAFloat64Sum) {
         test::poison({{{cols}, dtype}}, cuda);
         const at::Tensor got = column_sum(t);
         ASSERT_EQ(got.scalar_type(), dtype);
-        const double tol = dtype == at::kBFloat16 ? 1e-2 : dtype == at::kHalf ? 2e-3
+        const double tol = dtype == at::kBFloat16 ? 1e-2
+                           : dtype == at::kHalf   ? 2e-3
                            : dtype == at::kFloat  ? 1e-5
                                                   : 1e-12;
         EXPECT_LT(rel_error(got.to(at::kDouble), want), tol);
@@ -156,14 +159,16 @@ TEST(LinearBiasCudaTest, UnderBf16AutocastMatchesAtLinear) {
   const at::Tensor w = at::randn({2304, 768}, f) * 0.02, b = at::randn({2304}, f);
   const at::Tensor dy = at::randn({4, 1000, 2304}, f).to(at::kBFloat16);
   auto autocast = [&](auto op) {
-    return run([&](auto& x_, auto& w_, auto& b_) {
-      at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
-      at::autocast::set_autocast_enabled(at::kCUDA, true);
-      at::Tensor y = op(x_, w_, b_);
-      at::autocast::set_autocast_enabled(at::kCUDA, false);
-      at::autocast::clear_cache();
-      return y;
-    }, x, w, b, dy);
+    return run(
+        [&](auto& x_, auto& w_, auto& b_) {
+          at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+          at::autocast::set_autocast_enabled(at::kCUDA, true);
+          at::Tensor y = op(x_, w_, b_);
+          at::autocast::set_autocast_enabled(at::kCUDA, false);
+          at::autocast::clear_cache();
+          return y;
+        },
+        x, w, b, dy);
   };
   const Grads want = autocast([](auto& x_, auto& w_, auto& b_) { return at::linear(x_, w_, b_); });
   const Grads got = autocast([](auto& x_, auto& w_, auto& b_) { return linear_bias(x_, w_, b_); });

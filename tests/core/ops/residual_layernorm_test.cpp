@@ -223,19 +223,17 @@ TEST(ResidualLayerNormCudaTest, KernelsMatchTheReference) {
   struct Dtypes {
     at::ScalarType residual, x, out;
   };
-  const std::vector<Dtypes> dtypes = {{at::kFloat, at::kFloat, at::kFloat},
-                                      {at::kBFloat16, at::kBFloat16, at::kBFloat16},
-                                      {at::kBFloat16, at::kBFloat16, at::kFloat},
-                                      {at::kFloat, at::kFloat, at::kBFloat16},
-                                      {at::kFloat, at::kBFloat16, at::kBFloat16},  // GPT's
-                                      {at::kFloat, at::kHalf, at::kFloat},
-                                      {at::kHalf, at::kHalf, at::kHalf}};
+  const std::vector<Dtypes> dtypes = {
+      {at::kFloat, at::kFloat, at::kFloat},       {at::kBFloat16, at::kBFloat16, at::kBFloat16},
+      {at::kBFloat16, at::kBFloat16, at::kFloat}, {at::kFloat, at::kFloat, at::kBFloat16},
+      {at::kFloat, at::kBFloat16, at::kBFloat16},  // GPT's
+      {at::kFloat, at::kHalf, at::kFloat},        {at::kHalf, at::kHalf, at::kHalf}};
   for (const auto& [rows, channels] : shapes) {
     for (const auto& [dtype, x_dtype, out] : dtypes) {
       for (bool misaligned : {false, true}) {
-        SCOPED_TRACE(::testing::Message() << "N " << rows << " C " << channels << " " << dtype
-                                          << " + " << x_dtype << " -> " << out
-                                          << (misaligned ? " misaligned" : ""));
+        SCOPED_TRACE(::testing::Message()
+                     << "N " << rows << " C " << channels << " " << dtype << " + " << x_dtype
+                     << " -> " << out << (misaligned ? " misaligned" : ""));
         Inputs in = make_inputs(rows, channels, dtype, cuda, x_dtype);
         if (misaligned) {  // rows one element off 16 bytes: the scalar path at any C
           at::Tensor buf = at::empty({rows * channels + 1}, in.x.options());
