@@ -192,50 +192,37 @@ stage_gpt() {
   return $rc
 }
 
-# Kernel-level comparison of one GPT-2 step: Kineto traces of brrr and of PyTorch eager, summed
-# by kernel name (bench/trace_kernels.py).
-stage_gptprof() {
+# Kernel-level comparison of one GPT-2 step: Kineto traces of 3 steps of brrr and of PyTorch,
+# summed by kernel name (bench/trace_kernels.py).
+#   profile_gpt DIR BATCH FUSED TORCH_MODE: brrr at micro-batch BATCH with model.fused=FUSED
+#   against bench/torch_gpt2.py in TORCH_MODE (eager or compile), both at accumulation 1.
+profile_gpt() {
   set -o pipefail
+  local d=$1 batch=$2 fused=$3 mode=$4 rc=0 name
+  name=gpt2_prof_$(basename "$d")
   [[ -s data_cache/fortunes_train.bin ]] || run scripts/prepare_data.sh tokens || return 1
-  local d=$RES/gptprof rc=0
   mkdir -p "$d"
-  rm -rf runs/gpu_check/gpt2_prof
-  run "$BUILD_DIR/trainer" --config configs/gpt2-124m.yaml --set run.name=gpt2_prof \
-    --set run.output_dir=runs/gpu_check --set train.grad_accum_steps=1 --set train.max_steps=40 \
-    --set train.log_every=20 --set train.eval_every=0 --set train.eval_batches=1 \
-    --set train.profile.start_step=25 --set train.profile.steps=3 || rc=1
-  cp runs/gpu_check/gpt2_prof/trace.json "$d/brrr.json" 2>/dev/null
-  keep_run runs/gpu_check/gpt2_prof "$d/runs/gpt2_prof"
-  run python3 bench/torch_gpt2.py --tokens data_cache/fortunes_train.bin --modes eager \
-    --accum 1 --steps 10 --warmup 5 --profile "$d" --profile-steps 3 || rc=1
-  run python3 bench/trace_kernels.py --steps 3 torch="$d/eager_accum1.json" brrr="$d/brrr.json" \
-    --top 60 | tee "$d/kernels.md" || rc=1
+  rm -rf "runs/gpu_check/$name"
+  run "$BUILD_DIR/trainer" --config configs/gpt2-124m.yaml --set run.name="$name" \
+    --set run.output_dir=runs/gpu_check --set data.batch_size="$batch" \
+    --set train.grad_accum_steps=1 --set train.max_steps=40 --set train.log_every=20 \
+    --set train.eval_every=0 --set train.eval_batches=1 --set model.fused="$fused" \
+    --set train.profile.start_step=25 --set train.profile.steps=3 2>&1 | tail -3 || rc=1
+  cp "runs/gpu_check/$name/trace.json" "$d/brrr.json" 2>/dev/null
+  keep_run "runs/gpu_check/$name" "$d/runs/$name"
+  run python3 bench/torch_gpt2.py --tokens data_cache/fortunes_train.bin --modes "$mode" \
+    --accum 1 --batch "$batch" --steps 10 --warmup 10 --profile "$d" --profile-steps 3 || rc=1
+  run python3 bench/trace_kernels.py --steps 3 "$mode=$d/${mode}_accum1.json" \
+    brrr="$d/brrr.json" --top 70 | tee "$d/kernels.md" || rc=1
   gzip -f "$d"/*.json
   return $rc
 }
 
-# The fused GPT-2 step against torch.compile's, kernel by kernel: Kineto traces of 3 steps at
-# B=16 (bench/trace_kernels.py), to find where compile is still ahead.
-stage_fusedprof() {
-  set -o pipefail
-  [[ -s data_cache/fortunes_train.bin ]] || run scripts/prepare_data.sh tokens || return 1
-  local d=$RES/fusedprof rc=0
-  mkdir -p "$d"
-  rm -rf runs/gpu_check/gpt2_fused_prof
-  run "$BUILD_DIR/trainer" --config configs/gpt2-124m.yaml --set run.name=gpt2_fused_prof \
-    --set run.output_dir=runs/gpu_check --set data.batch_size=16 --set train.grad_accum_steps=1 \
-    --set train.max_steps=40 --set train.log_every=20 --set train.eval_every=0 \
-    --set train.eval_batches=1 --set model.fused=auto --set train.profile.start_step=25 \
-    --set train.profile.steps=3 2>&1 | tail -3 || rc=1
-  cp runs/gpu_check/gpt2_fused_prof/trace.json "$d/brrr_fused.json" 2>/dev/null
-  keep_run runs/gpu_check/gpt2_fused_prof "$d/runs/gpt2_fused_prof"
-  run python3 bench/torch_gpt2.py --tokens data_cache/fortunes_train.bin --modes compile \
-    --accum 1 --batch 16 --steps 10 --warmup 10 --profile "$d" --profile-steps 3 || rc=1
-  run python3 bench/trace_kernels.py --steps 3 compile="$d/compile_accum1.json" \
-    brrr="$d/brrr_fused.json" --top 70 | tee "$d/kernels.md" || rc=1
-  gzip -f "$d"/*.json
-  return $rc
-}
+# brrr's unfused step against PyTorch eager (micro-batch 8, the config's).
+stage_gptprof() { profile_gpt "$RES/gptprof" 8 false eager; }
+
+# The fused step against torch.compile's at B=16: where compile is still ahead.
+stage_fusedprof() { profile_gpt "$RES/fusedprof" 16 auto compile; }
 
 # The article recipe (8 x 1024 tokens, accumulation 4) in one call: the GPT ladder's rungs 4
 # (unfused ATen) and 5 (the fused ops) against PyTorch eager and torch.compile and the Hugging
@@ -587,7 +574,7 @@ for s in "${stages[@]}"; do
   [[ -n "${BUDGET[$s]:-}" ]] || { echo "gpu_check: unknown stage '$s' (build tests data loader resnet gpt gptprof fusedprof recipe autotune resnet64 fused blog ddp1 scaling scaling_resnet drill)" >&2; exit 2; }
 done
 
-export -f run keep_run need_data stage_build stage_tests stage_data stage_loader stage_resnet \
+export -f run keep_run need_data profile_gpt stage_build stage_tests stage_data stage_loader stage_resnet \
   stage_gpt stage_gptprof stage_fusedprof stage_recipe stage_autotune stage_resnet64 stage_fused stage_blog stage_ddp1 stage_scaling stage_scaling_resnet stage_drill
 export RES LOG ROOT
 status=0

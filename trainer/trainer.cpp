@@ -5,6 +5,7 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 
@@ -96,16 +97,33 @@ int64_t Trainer::world_size() const {
 // Building blocks (hooks with defaults)
 // ---------------------------------------------------------------------------------------------
 
+namespace {
+
+// A name no registry knows, with where the config set it (make_model and make_dataset see the
+// options, not the file): "model.name at exp.yaml:2:16: unknown model 'x'; valid names: ...".
+void check_name(const ExperimentConfig& config, const std::string& key, const std::string& kind,
+                const std::string& name, const std::vector<std::string>& valid) {
+  if (std::find(valid.begin(), valid.end(), name) != valid.end()) return;
+  throw ConfigError(config_message(
+      config, key,
+      fmt::format("unknown {} '{}'; valid names: {}", kind, name, fmt::join(valid, ", "))));
+}
+
+}  // namespace
+
 std::shared_ptr<Model> Trainer::build_model() {
+  check_name(config_, "model.name", "model", config_.model.name, model_names());
   return make_model(config_.model);
 }
 
 DatasetPtr Trainer::build_train_dataset() {
+  check_name(config_, "data.dataset", "dataset", config_.data.dataset, dataset_names());
   return make_dataset(config_.data, "data");
 }
 
 DatasetPtr Trainer::build_val_dataset() {
   if (config_.data.val.dataset.empty()) return nullptr;
+  check_name(config_, "data.val.dataset", "dataset", config_.data.val.dataset, dataset_names());
   return make_dataset(config_.data.val, "data.val");
 }
 

@@ -6,6 +6,7 @@
 #include <torch/autograd.h>
 
 #include "core/error.h"
+#include "core/ops/op_dtypes.h"
 
 namespace brrr {
 
@@ -14,17 +15,13 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-bool is_floating(at::ScalarType t) {
-  return t == at::kFloat || t == at::kDouble || t == at::kHalf || t == at::kBFloat16;
-}
-
 void check_args(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
   const bool shapes_ok = x.dim() >= 1 && weight.dim() == 2 && bias.dim() == 1 &&
                          x.size(-1) == weight.size(1) && bias.size(0) == weight.size(0);
   const bool same = x.scalar_type() == weight.scalar_type() &&
                     x.scalar_type() == bias.scalar_type() && x.device() == weight.device() &&
                     x.device() == bias.device();
-  if (!shapes_ok || !same || !is_floating(x.scalar_type())) {
+  if (!shapes_ok || !same || !detail::is_kernel_float(x.scalar_type())) {
     throw DataError(fmt::format(
         "linear_bias: expected x (..., in), weight (out, in), bias (out,) of one floating dtype "
         "on one device, got x {} [{}] on {}, weight {} [{}] on {}, bias {} [{}] on {}",
@@ -61,7 +58,7 @@ class LinearBiasFunction : public torch::autograd::Function<LinearBiasFunction> 
 }  // namespace
 
 at::Tensor column_sum(const at::Tensor& t) {
-  if (t.dim() != 2 || !is_floating(t.scalar_type())) {
+  if (t.dim() != 2 || !detail::is_kernel_float(t.scalar_type())) {
     throw DataError(fmt::format("column_sum: expected a floating (N, C) tensor, got {} [{}]",
                                 c10::toString(t.scalar_type()), fmt::join(t.sizes(), ", ")));
   }

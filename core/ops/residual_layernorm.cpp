@@ -6,6 +6,7 @@
 #include <torch/autograd.h>
 
 #include "core/error.h"
+#include "core/ops/op_dtypes.h"
 
 namespace brrr {
 
@@ -14,14 +15,10 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-bool is_floating(at::ScalarType t) {
-  return t == at::kFloat || t == at::kDouble || t == at::kHalf || t == at::kBFloat16;
-}
-
 void check_args(const at::Tensor& residual, const at::Tensor& x, const at::Tensor& weight,
                 const at::Tensor& bias, at::ScalarType out_dtype) {
   const at::ScalarType dtype = residual.scalar_type();
-  if (residual.dim() != 2 || residual.size(1) == 0 || !is_floating(dtype)) {
+  if (residual.dim() != 2 || residual.size(1) == 0 || !detail::is_kernel_float(dtype)) {
     throw DataError(
         fmt::format("residual_layernorm: residual must be (N, C) with C > 0, "
                     "float32, float64, bfloat16 or float16, got {} [{}]",
@@ -52,7 +49,7 @@ void check_args(const at::Tensor& residual, const at::Tensor& x, const at::Tenso
           fmt::join(t->sizes(), ", "), t->device().str()));
     }
   }
-  if (!is_floating(out_dtype)) {
+  if (!detail::is_kernel_float(out_dtype)) {
     throw DataError(
         fmt::format("residual_layernorm: out_dtype must be float32, float64, "
                     "bfloat16 or float16, got {}",

@@ -58,6 +58,24 @@ TEST_F(CliTest, MalformedFileExitsTwoNamingFileAndLine) {
   EXPECT_NE(r.err.find("bad.yaml:"), std::string::npos) << r.err;
 }
 
+// make_model/make_dataset see no file; the trainer names where the name was set.
+TEST_F(CliTest, UnknownModelOrDatasetNameExitsTwoNamingFileAndLine) {
+  write_csv_experiment(5);
+  Result model = run({"--config", "exp.yaml", "--set", "model.name=mlpp"});
+  EXPECT_EQ(model.exit_code, 2);
+  EXPECT_NE(model.err.find("--set model.name=mlpp: model.name: unknown model 'mlpp'; valid names: "
+                           "mlp, convnet"),
+            std::string::npos)
+      << model.err;
+  write("exp2.yaml", "base: exp.yaml\ndata:\n  dataset: cvs\n");
+  Result dataset = run({"--config", "exp2.yaml"});
+  EXPECT_EQ(dataset.exit_code, 2);
+  EXPECT_NE(dataset.err.find("data.dataset at exp2.yaml:3:12: unknown dataset 'cvs'; "
+                             "valid names: "),
+            std::string::npos)
+      << dataset.err;
+}
+
 TEST_F(CliTest, UnknownKeyExitsTwoWithSuggestion) {
   write_csv_experiment(5);
   Result r = run({"--config", "exp.yaml", "--set", "train.max_step=3"});
