@@ -13,6 +13,14 @@
 
 namespace brrr {
 
+/// The one wording of a name that no registry knows: "unknown model 'x'; valid names: a, b".
+inline std::string unknown_name_message(const std::string& kind, const std::string& name,
+                                        const std::vector<std::string>& valid) {
+  std::string out = "unknown " + kind + " '" + name + "'; valid names: ";
+  for (size_t i = 0; i < valid.size(); ++i) out += (i > 0 ? ", " : "") + valid[i];
+  return out;
+}
+
 template <typename Factory>
 class NameRegistry {
  public:

@@ -96,12 +96,11 @@ DatasetPtr make_dataset(const DatasetOptions& options, const std::string& key) {
   } else if (DatasetFactory factory = registry().find(name)) {
     dataset = factory(options, key);
     if (!dataset) {
-      throw Error(fmt::format("the factory of dataset '{}' ({}.dataset) returned no dataset", name,
-                              key));
+      throw Error(
+          fmt::format("the factory of dataset '{}' ({}.dataset) returned no dataset", name, key));
     }
   } else {
-    throw ConfigError(fmt::format("{}.dataset: unknown dataset '{}'; valid names: {}", key, name,
-                                  fmt::join(dataset_names(), ", ")));
+    throw ConfigError(key + ".dataset: " + unknown_name_message("dataset", name, dataset_names()));
   }
   options.options.check_all_read(fmt::format("dataset '{}' ({}.dataset)", name, key));
   return make_subset(std::move(dataset), options.limit);

@@ -72,8 +72,8 @@ std::shared_ptr<Model> make_model(const ModelOptions& options) {
   } else {
     const ModelFactory factory = registry().find(options.name);
     if (!factory) {
-      throw ConfigError(fmt::format("model.name: unknown model '{}'; valid names: {}",
-                                    options.name, fmt::join(model_names(), ", ")));
+      throw ConfigError("model.name: " +
+                        unknown_name_message("model", options.name, model_names()));
     }
     model = factory(options);  // outside the lock: a factory may build other models
     if (!model) {

@@ -13,6 +13,7 @@
 #include "core/device_info.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/name_registry.h"
 #include "core/ops/fused_classifier.h"
 #include "core/ops/image_input.h"
 #include "data/data_loader.h"
@@ -104,9 +105,7 @@ namespace {
 void check_name(const ExperimentConfig& config, const std::string& key, const std::string& kind,
                 const std::string& name, const std::vector<std::string>& valid) {
   if (std::find(valid.begin(), valid.end(), name) != valid.end()) return;
-  throw ConfigError(config_message(
-      config, key,
-      fmt::format("unknown {} '{}'; valid names: {}", kind, name, fmt::join(valid, ", "))));
+  throw ConfigError(config_message(config, key, unknown_name_message(kind, name, valid)));
 }
 
 }  // namespace
