@@ -6,8 +6,8 @@
 // default, range, doc), and that table drives parsing, `--set`, `--print-config` and validation.
 // Add a field here => add it there, or the round-trip test fails.
 #include <cstdint>
-#include <optional>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -125,7 +125,8 @@ struct ModelOptions {
   int64_t n_embd = 768;
   /// GPT: context length in tokens.
   int64_t block_size = 1024;
-  /// GPT: vocabulary size (50304 = GPT-2's 50257 padded to a multiple of 64; 256 for byte-level text).
+  /// GPT: vocabulary size (50304 = GPT-2's 50257 padded to a multiple of 64; 256 for byte-level
+  /// text).
   int64_t vocab_size = 50304;
   /// GPT: biases in Linear and LayerNorm layers.
   bool bias = true;
@@ -169,9 +170,11 @@ struct TransformOptions {
 
 /// The dataset part shared by `data:` and `data.val:`.
 struct DatasetOptions {
-  /// `fashion_mnist`, `image_folder`, `token_file`, `csv`. Required in `data:`; empty `val` = no eval.
+  /// `fashion_mnist`, `image_folder`, `token_file`, `csv`. Required in `data:`; empty `val` = no
+  /// eval.
   std::string dataset;
-  /// File or folder. fashion_mnist: folder with the IDX files (default /usr/share/datasets/fashion-mnist).
+  /// File or folder. fashion_mnist: folder with the IDX files (default
+  /// /usr/share/datasets/fashion-mnist).
   std::string path;
   /// fashion_mnist: `train` or `test`.
   std::string split = "train";
@@ -179,14 +182,16 @@ struct DatasetOptions {
   int64_t batch_size = 64;
   /// Image transforms, in order.
   std::vector<TransformOptions> transforms;
-  /// Per-channel mean / std of normalisation (applied on the device, after the uint8 copy). Empty = x/255.
+  /// Per-channel mean / std of normalisation (applied on the device, after the uint8 copy). Empty =
+  /// x/255.
   std::vector<double> mean;
   std::vector<double> std;
   /// token_file: tokens per example (a window holds block_size+1 tokens). 0 = model.block_size.
   int64_t block_size = 0;
   /// token_file: `uint16` or `uint32`.
   std::string token_dtype = "uint16";
-  /// token_file: `random` windows (seeded by (seed, epoch, index)) or `sequential` non-overlapping ones.
+  /// token_file: `random` windows (seeded by (seed, epoch, index)) or `sequential` non-overlapping
+  /// ones.
   std::string windows = "random";
   /// csv: label column index (negative counts from the end).
   int64_t label_column = -1;
@@ -212,7 +217,8 @@ struct DataOptions : DatasetOptions {
   bool shuffle = true;
   /// Drop the last incomplete batch.
   bool drop_last = true;
-  /// Seconds to wait for one batch before failing; 0 = wait forever (dead workers are still detected).
+  /// Seconds to wait for one batch before failing; 0 = wait forever (dead workers are still
+  /// detected).
   double timeout = 0.0;
   /// A wait for one batch longer than this logs which batch and which worker (pid, process
   /// state) it waits for; 0 = never.
@@ -314,7 +320,8 @@ struct TrainOptions {
   int64_t checkpoint_every = 0;
   /// Step checkpoints kept (oldest deleted first).
   int64_t keep_checkpoints = 3;
-  /// Eval metric that selects the `best` checkpoint (empty = none), and whether lower or higher is better.
+  /// Eval metric that selects the `best` checkpoint (empty = none), and whether lower or higher is
+  /// better.
   std::string best_metric;
   std::string best_mode = "min";
   /// EMA of the weights with this decay (0 = off); evaluation then uses the EMA weights.
@@ -347,7 +354,8 @@ std::string config_message(const ExperimentConfig& config, const std::string& ke
 
 /// Loads `path` (following `base:` chains), applies `overrides` ("a.b=value", YAML-typed values),
 /// validates, resolves dependent defaults. Throws ConfigError naming key, file:line:column.
-ExperimentConfig load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+ExperimentConfig load_config(const std::string& path,
+                             const std::vector<std::string>& overrides = {});
 
 /// Same as load_config on YAML text; `name` is used as the file name in messages; `base:` is
 /// resolved relative to `base_dir`.

@@ -102,8 +102,9 @@ std::vector<Field> make_config_fields() {
                "Fused ops (brrr::ops): auto, true, or false for the unfused ATen path."),
       BRRR_CFG(model.attention, R.one_of({"auto", "flash", "cudnn", "efficient", "math"}),
                "gpt: attention backend."),
-      BRRR_CFG(model.init_from, R,
-               "Weights to start from: safetensors, torch.save(state_dict), brrr checkpoint, HF GPT-2."),
+      BRRR_CFG(
+          model.init_from, R,
+          "Weights to start from: safetensors, torch.save(state_dict), brrr checkpoint, HF GPT-2."),
       BRRR_CFG(model.init_strict, R, "init_from: every key must match both ways."),
       BRRR_CFG(model.options, R, "Options of a model given to brrr::register_model."),
 
@@ -330,7 +331,8 @@ void check_value(const Field& field, const void* value, const std::string& key,
     }
     case Kind::kDouble: {
       const double v = *static_cast<const double*>(value);
-      if (!std::isfinite(v)) fail(where, key, fmt::format("must be a finite number, got {}", format_double(v)));
+      if (!std::isfinite(v))
+        fail(where, key, fmt::format("must be a finite number, got {}", format_double(v)));
       check_number(r, v, format_double(v), key, where);
       break;
     }

@@ -32,7 +32,8 @@ bool is_run_output(const std::string& name) {
 std::string describe_run(const std::string& run_dir, const CheckpointStore& checkpoints) {
   std::vector<std::string> parts;
   std::error_code ec;
-  if (fs::file_size(fs::path(run_dir) / "metrics.jsonl", ec) > 0 && !ec) parts.push_back("metrics.jsonl");
+  if (fs::file_size(fs::path(run_dir) / "metrics.jsonl", ec) > 0 && !ec)
+    parts.push_back("metrics.jsonl");
   int64_t events = 0;
   for (const auto& entry : fs::directory_iterator(run_dir, ec)) {
     if (entry.path().filename().string().rfind("events.out.tfevents.", 0) == 0) ++events;
@@ -123,9 +124,10 @@ void RunOutputs::resolve_start() {
     } else {
       // The earlier run never wrote a checkpoint: nothing can continue it, and its records
       // would interleave with this run's.
-      log::warn("--resume auto: '{}' holds no checkpoint ({} without one); starting afresh and "
-                "replacing that earlier run's outputs",
-                options_.run_dir, earlier);
+      log::warn(
+          "--resume auto: '{}' holds no checkpoint ({} without one); starting afresh and "
+          "replacing that earlier run's outputs",
+          options_.run_dir, earlier);
       if (options_.write) remove_earlier_run();
     }
     return;
@@ -146,9 +148,10 @@ void RunOutputs::resolve_start() {
       const auto files = checkpoints_->list();
       if (from_step >= 0 && !files.empty() && files.back().step > from_step) {
         if (options_.overwrite) {
-          log::warn("run.overwrite: resuming '{}' from step {} deletes its later checkpoints (up "
-                    "to step {})",
-                    options_.run_dir, from_step, files.back().step);
+          log::warn(
+              "run.overwrite: resuming '{}' from step {} deletes its later checkpoints (up "
+              "to step {})",
+              options_.run_dir, from_step, files.back().step);
           for (const auto& f : files) {
             std::error_code rm;
             if (f.step > from_step && options_.write) fs::remove(f.path, rm);
@@ -195,8 +198,8 @@ void RunOutputs::remove_earlier_run() const {
     std::error_code rm;
     fs::remove(path, rm);
     if (rm) {
-      throw Error(fmt::format("cannot remove the earlier run's '{}': {}", path.string(),
-                              rm.message()));
+      throw Error(
+          fmt::format("cannot remove the earlier run's '{}': {}", path.string(), rm.message()));
     }
   }
 }

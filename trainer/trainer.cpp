@@ -208,9 +208,8 @@ void Trainer::init_weights() {
         fmt::format("'{}' does not fit model '{}': {}{}", path, config_.model.name, e.what(),
                     keys_differ ? " (model.init_strict: false loads the keys that match)" : "")));
   }
-  log::info("model.init_from: loaded {} tensors of {} from {}", weights.size() -
-                                                                    report.unexpected.size(),
-            kind, path);
+  log::info("model.init_from: loaded {} tensors of {} from {}",
+            weights.size() - report.unexpected.size(), kind, path);
   if (!report.missing.empty()) {
     log::warn("model.init_from: {} model tensors not in the file keep their initialisation: {}",
               report.missing.size(), fmt::join(report.missing, ", "));
@@ -241,8 +240,8 @@ void Trainer::join_data_parallel() {
     }
     device_ = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(env->local_rank));
   }
-  const auto timeout = std::chrono::milliseconds(
-      static_cast<int64_t>(config_.run.dist_timeout_s * 1000.0));
+  const auto timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(config_.run.dist_timeout_s * 1000.0));
   dist_ = std::make_unique<DistContext>(*env, device_, timeout);
   // The other ranks say only what goes wrong; rank 0 speaks for the run.
   if (!dist_->is_main() && log::level() < log::Level::kWarn) log::set_level(log::Level::kWarn);
@@ -359,8 +358,7 @@ void Trainer::cap_num_workers() {
   // warns, brrr caps.
   cpu_set_t cpus;
   CPU_ZERO(&cpus);
-  const int64_t cores =
-      sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+  const int64_t cores = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
   const int64_t cap = std::max<int64_t>(2, 2 * cores);
   if (config_.data.num_workers <= cap) return;
   log::warn("{}", config_message(config_, "data.num_workers",
@@ -461,8 +459,7 @@ std::string Trainer::plan() {
   s += fmt::format("ops         {}\n", ops_plan());
   s += fmt::format("data        {}\n", train_set_->describe());
   if (val_set_) s += fmt::format("val         {}\n", val_set_->describe());
-  const std::string ranks =
-      dist_ ? fmt::format(" x {} ranks", world_size()) : std::string();
+  const std::string ranks = dist_ ? fmt::format(" x {} ranks", world_size()) : std::string();
   if (dist_) {
     s += fmt::format("ranks       {} data-parallel ({}), this is rank {}\n", world_size(),
                      device_.is_cuda() ? "NCCL" : "Gloo", rank());

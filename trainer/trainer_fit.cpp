@@ -68,12 +68,12 @@ void Trainer::fit(const std::string& resume) {
                 fmt::format("training {} for {} steps on {} ({}), precision {}", config_.model.name,
                             t.max_steps, device_.str(), device_name(device_), t.precision));
   if (dist_) {
-    outputs_->log(log::Level::kInfo,
-                  fmt::format("data-parallel on {} ranks: {} examples per step ({} per rank x {} "
-                              "micro-batches)",
-                              world_size(), config_.data.batch_size * t.grad_accum_steps *
-                                                world_size(),
-                              config_.data.batch_size, t.grad_accum_steps));
+    outputs_->log(
+        log::Level::kInfo,
+        fmt::format("data-parallel on {} ranks: {} examples per step ({} per rank x {} "
+                    "micro-batches)",
+                    world_size(), config_.data.batch_size * t.grad_accum_steps * world_size(),
+                    config_.data.batch_size, t.grad_accum_steps));
     stop_vote_ = std::make_unique<StopVote>(*dist_);
   }
   notify([this](Callback& cb) { cb.on_train_start(*this); });
@@ -169,9 +169,10 @@ void Trainer::open_outputs(const std::string& resume) {
   start = dist_->from_rank0("where the run starts", start);
   if (dist_->is_main()) return;
   if (start == std::string(1, kFailed)) {
-    throw Error(fmt::format("rank {}: rank 0 could not open the run directory '{}' (its message "
-                            "says why)",
-                            rank(), run_dir_));
+    throw Error(
+        fmt::format("rank {}: rank 0 could not open the run directory '{}' (its message "
+                    "says why)",
+                    rank(), run_dir_));
   }
   options.write = false;
   options.resume = start;
@@ -209,11 +210,11 @@ bool Trainer::run_step_or_stop(const StepRunner& runner, const StepRunner::Batch
 
 std::string Trainer::collective_failure(const std::string& what) const {
   const std::string first = what.substr(0, what.find('\n'));
-  return fmt::format("rank {} of {}: step {} failed: {} (a rank waits at most "
-                     "run.dist_timeout_s = {} s for the others in a step; is one of them dead, "
-                     "stopped or far behind?)",
-                     rank(), world_size(), counters_.step + 1, first,
-                     config_.run.dist_timeout_s);
+  return fmt::format(
+      "rank {} of {}: step {} failed: {} (a rank waits at most "
+      "run.dist_timeout_s = {} s for the others in a step; is one of them dead, "
+      "stopped or far behind?)",
+      rank(), world_size(), counters_.step + 1, first, config_.run.dist_timeout_s);
 }
 
 RunFacts Trainer::run_facts(int64_t host_syncs, int64_t steps_logged) const {
@@ -274,17 +275,17 @@ void Trainer::log_window(WindowAccumulators& window, StepTimer& timer, int64_t s
   const std::string where = dist_ ? fmt::format("rank {}: ", rank()) : "";
   const std::string last_good = last_checkpoint_.empty() ? "none" : last_checkpoint_;
   if (v[2] >= 0) {
-    throw TrainingError(fmt::format("{}non-finite loss {} at step {} (precision {}); last good "
-                                    "checkpoint: {}",
-                                    where, v[1], static_cast<int64_t>(v[2]) + 1,
-                                    config_.train.precision, last_good));
+    throw TrainingError(fmt::format(
+        "{}non-finite loss {} at step {} (precision {}); last good "
+        "checkpoint: {}",
+        where, v[1], static_cast<int64_t>(v[2]) + 1, config_.train.precision, last_good));
   }
   const int64_t n = host.numel();
   if (dist_ && v[n - 1] > 0) {
-    throw TrainingError(fmt::format("{}the loss of {} other rank(s) was not finite in the window "
-                                    "that ends at step {} (precision {}); last good checkpoint: {}",
-                                    where, static_cast<int64_t>(v[n - 1]), counters_.step,
-                                    config_.train.precision, last_good));
+    throw TrainingError(fmt::format(
+        "{}the loss of {} other rank(s) was not finite in the window "
+        "that ends at step {} (precision {}); last good checkpoint: {}",
+        where, static_cast<int64_t>(v[n - 1]), counters_.step, config_.train.precision, last_good));
   }
   const double loss_sum = dist_ ? v[n - 2] / static_cast<double>(world_size()) : v[0];
   const StepBreakdown breakdown = timer.collect();

@@ -94,8 +94,9 @@ const std::vector<MetricInfo>& metric_table() {
        "examples per second of the window (summary: steady-state median)"},
       {metric::kTokensPerS, "1/s", "tokens per second (language models)"},
       {metric::kStepTimeMs, "ms", "wall time of the window per step"},
-      {metric::kWindowSteps, "", "train: optimizer steps the window averages (fewer than "
-                                 "train.log_every in the first window after a resume)"},
+      {metric::kWindowSteps, "",
+       "train: optimizer steps the window averages (fewer than "
+       "train.log_every in the first window after a resume)"},
       {metric::kDataWaitPct, "%", "share of the step the device sat idle waiting for data"},
       {metric::kHostDataWaitPct, "%", "share of the step the host waited for the loader"},
       {metric::kHostSyncsPerStep, "", "host-device syncs per step outside logging"},

@@ -19,8 +19,8 @@ std::atomic<int64_t> g_syncs{0};
 // and a CUPTI subscription would collide with the Kineto profiler's.
 bool is_sync_report(const c10::Warning& warning) {
   const char* function = warning.source_location().function;
-  if (function != nullptr && std::string_view(function).find("warn_or_error_on_sync") !=
-                                 std::string_view::npos) {
+  if (function != nullptr &&
+      std::string_view(function).find("warn_or_error_on_sync") != std::string_view::npos) {
     return true;
   }
   return warning.msg().find("synchronizing CUDA operation") != std::string::npos;  // older c10
@@ -46,7 +46,9 @@ class CountingHandler : public c10::WarningHandler {
 
 SyncCounter::SyncCounter() = default;
 
-SyncCounter::~SyncCounter() { arm(false); }
+SyncCounter::~SyncCounter() {
+  arm(false);
+}
 
 void SyncCounter::arm(bool on) {
   static CountingHandler handler(c10::WarningUtils::get_warning_handler());
@@ -58,6 +60,8 @@ void SyncCounter::arm(bool on) {
   }
 }
 
-int64_t SyncCounter::take() { return g_syncs.exchange(0); }
+int64_t SyncCounter::take() {
+  return g_syncs.exchange(0);
+}
 
 }  // namespace brrr
