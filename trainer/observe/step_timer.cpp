@@ -13,6 +13,7 @@ std::map<std::string, double> StepBreakdown::as_map() const {
                                   {"optimizer", optimizer_ms},
                                   {"other", other_ms}};
   if (gpu_idle_ms > 0) m["gpu_idle"] = gpu_idle_ms;
+  if (graph_ms > 0) m["graph"] = graph_ms;
   if (has_copies) m["copy"] = copy_ms;
   return m;
 }
@@ -48,7 +49,7 @@ void StepTimer::add_data_wait(double seconds) {
 
 void StepTimer::set_copy_events(
     std::pair<std::shared_ptr<c10::Event>, std::shared_ptr<c10::Event>> copy) {
-  pending_copy_ = std::move(copy);
+  if (copy.first && copy.second) pending_copies_.push_back(std::move(copy));
 }
 
 void StepTimer::mark(Mark mark) {
@@ -58,16 +59,13 @@ void StepTimer::mark(Mark mark) {
     index = stamps_.size() + 1;
     record_event(index);
   }
-  Stamp stamp{mark, host_now_ms(), index, 0.0, nullptr, nullptr};
+  Stamp stamp{mark, host_now_ms(), index, 0.0, {}};
   if (mark == Mark::kForwardBegin) {
     stamp.data_wait_ms = pending_wait_ms_;
     pending_wait_ms_ = 0;
-    if (use_events_ && pending_copy_.first && pending_copy_.second) {
-      stamp.copy_begin = std::move(pending_copy_.first);
-      stamp.copy_end = std::move(pending_copy_.second);
-    }
+    if (use_events_) stamp.copies = std::move(pending_copies_);
   }
-  pending_copy_ = {};
+  pending_copies_.clear();
   stamps_.push_back(std::move(stamp));
 }
 
@@ -92,9 +90,10 @@ StepBreakdown StepTimer::collect() {
   };
   // Whole copies, overlapped or not (complete: the compute stream waited on each).
   for (const Stamp& s : stamps_) {
-    if (!s.copy_begin) continue;
-    out.copy_total_ms += s.copy_begin->elapsedTime(*s.copy_end);
-    out.has_copies = true;
+    for (const auto& [begin, end] : s.copies) {
+      out.copy_total_ms += begin->elapsedTime(*end);
+      out.has_copies = true;
+    }
   }
   for (size_t i = 0; i < stamps_.size(); ++i) {
     const double ms = since_previous(i);
@@ -108,19 +107,24 @@ StepBreakdown StepTimer::collect() {
       case Mark::kOptimizerEnd:
         out.optimizer_ms += ms;
         break;
+      case Mark::kGraphEnd:
+        out.graph_ms += ms;
+        break;
       case Mark::kForwardBegin:
         // The gap before a forward. On the host it holds the loader wait (counted from the
         // waits themselves below); on the GPU timeline the compute stream was idle in it.
         if (use_events_) {
-          // The copy ran over [begin, end] relative to the gap's start; the part of it inside the
-          // gap is copy time the compute stream waited for.
+          // Each copy ran over [begin, end] relative to the gap's start; the parts of them inside
+          // the gap are copy time the compute stream waited for. The copies of one copy stream
+          // do not overlap each other, so the parts add up.
           double exposed_copy = 0;
-          if (stamps_[i].copy_begin) {
-            const c10::Event& gap_start = events_[i == 0 ? 0 : stamps_[i - 1].event_index];
-            const double begin = gap_start.elapsedTime(*stamps_[i].copy_begin);
-            const double end = gap_start.elapsedTime(*stamps_[i].copy_end);
-            exposed_copy = std::clamp(std::min(ms, end) - std::max(0.0, begin), 0.0, ms);
+          const c10::Event& gap_start = events_[i == 0 ? 0 : stamps_[i - 1].event_index];
+          for (const auto& [copy_begin, copy_end] : stamps_[i].copies) {
+            const double begin = gap_start.elapsedTime(*copy_begin);
+            const double end = gap_start.elapsedTime(*copy_end);
+            exposed_copy += std::clamp(std::min(ms, end) - std::max(0.0, begin), 0.0, ms);
           }
+          exposed_copy = std::min(exposed_copy, ms);
           const double exposed_wait = std::min(ms - exposed_copy, stamps_[i].data_wait_ms);
           out.copy_ms += exposed_copy;
           out.data_wait_ms += exposed_wait;
@@ -139,13 +143,15 @@ StepBreakdown StepTimer::collect() {
   out.forward_ms /= n;
   out.backward_ms /= n;
   out.optimizer_ms /= n;
+  out.graph_ms /= n;
   out.gpu_idle_ms /= n;
   out.copy_ms /= n;
   out.copy_total_ms /= n;
   // The rest of the wall time. On CUDA the GPU phases come from another clock, so the difference
   // can be a hair below zero; it is never reported negative.
-  out.other_ms = std::max(0.0, out.step_ms - out.data_wait_ms - out.copy_ms - out.gpu_idle_ms -
-                                   out.forward_ms - out.backward_ms - out.optimizer_ms);
+  out.other_ms =
+      std::max(0.0, out.step_ms - out.data_wait_ms - out.copy_ms - out.gpu_idle_ms -
+                        out.forward_ms - out.backward_ms - out.optimizer_ms - out.graph_ms);
   stamps_.clear();
   pending_wait_ms_ = 0;
   steps_ = 0;

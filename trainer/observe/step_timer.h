@@ -7,6 +7,7 @@
 // On CUDA, phase boundaries are timing events recorded on the compute stream, plus one at the
 // window's start; they are read only in collect(), which the trainer calls on logging steps (where
 // it syncs anyway). The GPU timeline of the window is then cut into forward, backward, optimizer
+// (or, for a step replayed as one CUDA graph, `graph`: its input copies and the whole replay)
 // and the gaps before each forward; a gap is booked as `copy` while the batch's host-to-device copy
 // was still running, as `data_wait` for as long as the host was waiting for that batch, and as
 // `gpu_idle` beyond that. A host data wait the GPU did not notice (it was busy with queued work) is
@@ -37,6 +38,9 @@ struct StepBreakdown {
   double forward_ms = 0;
   double backward_ms = 0;
   double optimizer_ms = 0;  ///< unscale, clip, step, zero_grad
+  /// CUDA graph steps: the static-input copies and the replay of the whole captured step
+  /// (forward, backward and optimizer are not told apart inside it).
+  double graph_ms = 0;
   /// CUDA only: the part of the gaps before forward passes during which the host-to-device copy
   /// of the batch was still running, i.e. copy time the compute stream could not hide.
   double copy_ms = 0;
@@ -52,7 +56,8 @@ struct StepBreakdown {
 
 class StepTimer {
  public:
-  enum class Mark { kForwardBegin, kForwardEnd, kBackwardEnd, kOptimizerEnd };
+  /// kGraphEnd closes a step replayed as a CUDA graph (it follows a kForwardBegin).
+  enum class Mark { kForwardBegin, kForwardEnd, kBackwardEnd, kOptimizerEnd, kGraphEnd };
 
   explicit StepTimer(c10::Device device);
 
@@ -63,7 +68,9 @@ class StepTimer {
   void add_data_wait(double seconds);
   /// Records a phase boundary: an event on the current CUDA stream, or the host clock on CPU.
   void mark(Mark mark);
-  /// The copy events (Prefetcher::last_copy_events) of the batch the next kForwardBegin starts on.
+  /// The copy events (Prefetcher::last_copy_events) of a batch the next kForwardBegin starts on.
+  /// Called once per micro-batch; a graphed step starts on all its micro-batches at once, so
+  /// the copies add up until that mark.
   void set_copy_events(std::pair<std::shared_ptr<c10::Event>, std::shared_ptr<c10::Event>> copy);
   /// Ends the step.
   void step_end();
@@ -76,8 +83,9 @@ class StepTimer {
     Mark mark;
     double host_ms;       // host time since the window began
     size_t event_index;   // into events_ (CUDA only; events_[0] is the window's start)
-    double data_wait_ms;  // kForwardBegin: the host's wait for its batch
-    std::shared_ptr<c10::Event> copy_begin, copy_end;  // kForwardBegin on CUDA: its batch's copy
+    double data_wait_ms;  // kForwardBegin: the host's wait for its batch(es)
+    // kForwardBegin on CUDA: the (begin, end) events of its batches' copies, in copy order.
+    std::vector<std::pair<std::shared_ptr<c10::Event>, std::shared_ptr<c10::Event>>> copies;
   };
   double host_now_ms() const;
   void record_event(size_t index);
@@ -88,8 +96,8 @@ class StepTimer {
   std::chrono::steady_clock::time_point window_start_;
   std::vector<c10::Event> events_;  // reused across windows
   std::vector<Stamp> stamps_;       // this window's marks, in order
-  std::pair<std::shared_ptr<c10::Event>, std::shared_ptr<c10::Event>> pending_copy_;
-  double pending_wait_ms_ = 0;  // the wait for the batch the next kForwardBegin starts on
+  std::vector<std::pair<std::shared_ptr<c10::Event>, std::shared_ptr<c10::Event>>> pending_copies_;
+  double pending_wait_ms_ = 0;  // the wait for the batch(es) the next kForwardBegin starts on
   int64_t steps_ = 0;
 };
 

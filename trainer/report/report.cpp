@@ -20,8 +20,8 @@ namespace brrr {
 namespace {
 
 // Breakdown phases in pipeline order; keys the trainer adds later are appended after these.
-const std::vector<std::string> kPhaseOrder = {"data_wait", "copy",      "forward",
-                                              "backward",  "optimizer", "gpu_idle"};
+const std::vector<std::string> kPhaseOrder = {"data_wait", "copy",  "forward", "backward",
+                                              "optimizer", "graph", "gpu_idle"};
 const std::string kBreakdownPrefix = "breakdown_ms/";
 const std::string kDash = "—";
 

@@ -11,8 +11,10 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include <unistd.h>
 
@@ -84,6 +86,35 @@ TEST(StepTimerTest, PhasesSumToTheStepTimeOnCpu) {
   EXPECT_EQ(timer.collect().steps, 0);
 }
 
+// A step replayed as one CUDA graph: its micro-batches' waits add up before one kForwardBegin,
+// the replay is the `graph` phase, and the phases with `other` are still the step.
+TEST(StepTimerTest, AGraphedStepIsOneGraphPhaseAndStillSumsToTheStep) {
+  using Clock = std::chrono::steady_clock;
+  StepTimer timer(c10::Device(c10::kCPU));
+  double graph = 0;
+  for (int s = 0; s < 2; ++s) {
+    timer.step_begin();
+    for (int micro = 0; micro < 2; ++micro) timer.add_data_wait(0.003);  // two micro-batches
+    busy_for(6);
+    timer.mark(StepTimer::Mark::kForwardBegin);
+    const auto g0 = Clock::now();
+    busy_for(8);
+    const auto g1 = Clock::now();
+    timer.mark(StepTimer::Mark::kGraphEnd);
+    graph += std::chrono::duration<double, std::milli>(g1 - g0).count();
+    busy_for(1);
+    timer.step_end();
+  }
+  const StepBreakdown b = timer.collect();
+  EXPECT_EQ(b.steps, 2);
+  EXPECT_NEAR(b.graph_ms, graph / 2, 0.5);
+  EXPECT_GE(b.graph_ms, 8.0);
+  EXPECT_NEAR(b.data_wait_ms, 6.0, 1e-9) << "both micro-batches' waits";
+  EXPECT_EQ(b.forward_ms + b.backward_ms + b.optimizer_ms, 0.0);
+  EXPECT_NEAR(b.data_wait_ms + b.graph_ms + b.other_ms, b.step_ms, 1e-9);
+  EXPECT_EQ(b.as_map().count("graph"), 1u);
+}
+
 // A 256 MiB host-to-device copy on a side stream that the compute stream has to wait for: the wait
 // is attributed to `copy`, not to `gpu_idle`, and the whole copy is reported as copy_total_ms.
 TEST(StepTimerTest, CudaCopyTheComputeStreamWaitsForIsCopyTime) {
@@ -122,6 +153,46 @@ TEST(StepTimerTest, CudaCopyTheComputeStreamWaitsForIsCopyTime) {
   EXPECT_GT(b.copy_ms, 0.8 * b.copy_total_ms);
   EXPECT_LT(b.gpu_idle_ms, b.copy_ms);
   EXPECT_EQ(b.as_map().count("copy"), 1u);
+}
+
+// A graphed step waits on the copies of all its micro-batches at one mark: both copies count in
+// copy_total_ms, and the exposed parts of both in copy_ms.
+TEST(StepTimerTest, CudaCopiesOfSeveralMicroBatchesBeforeOneMarkAddUp) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
+  const c10::Device device(c10::kCUDA, 0);
+  c10::impl::VirtualGuardImpl impl(c10::kCUDA);
+  const c10::Stream compute = impl.getStream(device);
+  const c10::Stream side = impl.getStreamFromGlobalPool(device, /*isHighPriority=*/false);
+  const at::Tensor host = at::ones({32 << 20}, at::TensorOptions().pinned_memory(true));
+  StepTimer timer(device);
+  timer.step_begin();
+  timer.mark(StepTimer::Mark::kOptimizerEnd);
+  std::vector<at::Tensor> on_device;
+  std::vector<double> alone;
+  for (int micro = 0; micro < 2; ++micro) {
+    auto begin = std::make_shared<c10::Event>(c10::kCUDA, c10::EventFlag::BACKEND_DEFAULT);
+    auto end = std::make_shared<c10::Event>(c10::kCUDA, c10::EventFlag::BACKEND_DEFAULT);
+    {
+      c10::StreamGuard guard(side);
+      begin->record(side);
+      on_device.push_back(host.to(device, /*non_blocking=*/true));
+      end->record(side);
+    }
+    end->block(compute);
+    timer.set_copy_events({begin, end});
+    end->synchronize();
+    alone.push_back(begin->elapsedTime(*end));
+  }
+  timer.mark(StepTimer::Mark::kForwardBegin);
+  const at::Tensor sum = on_device[0].sum() + on_device[1].sum();
+  timer.mark(StepTimer::Mark::kGraphEnd);
+  timer.step_end();
+  const StepBreakdown b = timer.collect();
+  EXPECT_EQ(sum.item<float>(), static_cast<float>(64 << 20));
+  ASSERT_TRUE(b.has_copies);
+  EXPECT_NEAR(b.copy_total_ms, alone[0] + alone[1], 1e-3);
+  EXPECT_LE(b.copy_ms, b.copy_total_ms + 1e-3);
+  EXPECT_GT(b.graph_ms, 0.0);
 }
 
 // Sleeps of the host between steps while the GPU is idle: the part reported as a data wait is
