@@ -308,6 +308,10 @@ struct TrainOptions {
   double max_grad_norm = 1.0;
   /// `fp32`, `tf32`, `bf16`, `fp16`.
   std::string precision = "fp32";
+  /// Capture one whole optimizer step in a CUDA graph and replay it: `auto` (on for CUDA runs
+  /// whose step can be captured; a step that cannot be runs eagerly with one warning), `true`
+  /// (a step that cannot be captured stops the run with its cause), `false`.
+  std::string cuda_graph = "auto";
   /// Steps between log lines / metric records (the only steps that read values from the GPU).
   int64_t log_every = 10;
   /// Steps between evaluations; 0 = only at the end.

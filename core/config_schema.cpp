@@ -151,6 +151,8 @@ std::vector<Field> make_config_fields() {
       BRRR_CFG(train.grad_accum_steps, R.ge(1), "Micro-batches per optimizer step."),
       BRRR_CFG(train.max_grad_norm, R.ge(0), "Gradient-norm clip; 0 = off."),
       BRRR_CFG(train.precision, R.one_of({"fp32", "tf32", "bf16", "fp16"}), "Precision policy."),
+      BRRR_CFG(train.cuda_graph, R.one_of({"auto", "true", "false"}),
+               "Replay each optimizer step as one CUDA graph: auto (CUDA, when capturable)."),
       BRRR_CFG(train.log_every, R.ge(1), "Steps between metric records."),
       BRRR_CFG(train.eval_every, R.ge(0), "Steps between evaluations; 0 = only at the end."),
       BRRR_CFG(train.eval_batches, R.ge(0), "Batches per evaluation; 0 = all."),

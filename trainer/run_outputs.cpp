@@ -368,7 +368,8 @@ MetricRecord RunOutputs::make_summary(const RunFacts& facts) const {
   v[metric::kTensorCores] = facts.tensor_cores ? 1.0 : 0.0;
   s.text = {{metric::kDevice, options_.device.str()},
             {metric::kDeviceName, facts.device_name},
-            {metric::kPrecision, facts.precision}};
+            {metric::kPrecision, facts.precision},
+            {metric::kCudaGraph, facts.cuda_graph}};
   if (gpu_monitor_ && gpu_monitor_->available()) {
     const std::vector<GpuSample> samples = gpu_monitor_->samples();
     const GpuSummary whole = summarize_gpu_samples(samples);

@@ -79,6 +79,8 @@ struct RunFacts {
   int64_t steps_logged = 0;
   std::string device_name;
   std::string precision;
+  /// train.cuda_graph's outcome: "captured", or "off: <why the step ran eagerly>".
+  std::string cuda_graph;
 };
 
 class RunOutputs {

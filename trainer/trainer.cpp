@@ -35,6 +35,8 @@
 #include "trainer/optim/optimizer.h"
 #include "trainer/run_outputs.h"
 #include "trainer/signals.h"
+#include "trainer/step_graph.h"
+#include "trainer/step_runner.h"
 
 namespace brrr {
 
@@ -288,6 +290,7 @@ void Trainer::setup() {
   optimizer_ = configure_optimizers();
   scaler_ =
       std::make_unique<GradScaler>(config_.train.fp16, precision_ == Precision::kFP16, device_);
+  decide_cuda_graph_mode();
 
   build_data();
   if (config_.train.max_epochs > 0) resolve_epochs();
@@ -427,6 +430,23 @@ void Trainer::build_data_and_loaders() {
   }
 }
 
+void Trainer::decide_cuda_graph_mode() {
+  CudaGraphConditions conditions;
+  conditions.setting = config_.train.cuda_graph;
+  conditions.device = device_;
+  conditions.graphs_built = StepGraph::available();
+  conditions.fused_optimizer = optimizer_->fused();
+  conditions.data_parallel = dist_ != nullptr;
+  conditions.world_size = world_size();
+  cuda_graph_ = decide_cuda_graph(conditions);
+  if (cuda_graph_.refused) {
+    throw ConfigError(
+        config_message(config_, "train.cuda_graph",
+                       "true, but this run's step cannot be captured: " + cuda_graph_.reason +
+                           " (train.cuda_graph: auto runs it eagerly)"));
+  }
+}
+
 std::string Trainer::ops_plan() const {
   // Which path each op of the step takes: the CUDA kernel (CUDA tensors in a CUDA build), the
   // ATen reference of the fused op, or the unfused ATen composition (model.fused: false).
@@ -471,6 +491,11 @@ std::string Trainer::plan() {
   s += fmt::format("loader      num_workers {}, pin_memory {}, prefetch_factor {}, persistent {}\n",
                    d.num_workers, d.pin_memory && device_.is_cuda(), d.prefetch_factor,
                    d.persistent_workers);
+  s += fmt::format("cuda graph  {}\n",
+                   cuda_graph_.mode == GraphMode::kOff
+                       ? "off: " + cuda_graph_.reason
+                       : fmt::format("the whole step, captured after {} eager steps ({})",
+                                     kGraphWarmupSteps, config_.train.cuda_graph));
   s += fmt::format("optimizer   {} lr {} wd {} fused {}; schedule {} (warmup {})\n",
                    config_.optim.name, config_.optim.lr, config_.optim.weight_decay,
                    config_.optim.fused, config_.schedule.name, config_.schedule.warmup_steps);

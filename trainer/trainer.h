@@ -33,6 +33,7 @@
 #include "core/precision.h"
 #include "data/dataset.h"
 #include "trainer/callbacks.h"
+#include "trainer/cuda_graph_policy.h"
 #include "trainer/observe/metric_record.h"
 #include "trainer/step_output.h"
 #include "trainer/train_counters.h"
@@ -149,6 +150,8 @@ class Trainer {
   std::string config_yaml() const;
   /// Which path each fused op takes, for plan() (--dry-run).
   std::string ops_plan() const;
+  /// train.cuda_graph for this run (ConfigError when `true` cannot be honoured).
+  void decide_cuda_graph_mode();
   /// Resolves data.batch_size: auto and data.num_workers: auto by measuring (see auto_tune.h).
   void auto_tune();
   Batch probe_batch(int64_t batch_size);
@@ -165,7 +168,7 @@ class Trainer {
   void cap_num_workers();
   /// One optimizer step; false when a stop request ended it while it waited for data (the state
   /// is put back to the step's start and checkpointed).
-  bool run_step_or_stop(const StepRunner& runner, const std::function<FetchedBatch()>& next_batch,
+  bool run_step_or_stop(StepRunner& runner, const std::function<FetchedBatch()>& next_batch,
                         WindowAccumulators& window, StepTimer& timer, bool log_after);
   void log_window(WindowAccumulators& window, StepTimer& timer, int64_t syncs);
   /// The message of a data-parallel step that failed with `what` (a peer gone or too slow).
@@ -198,6 +201,7 @@ class Trainer {
   int64_t steps_per_epoch_ = 0;                  // with train.max_epochs
   bool channels_last_ = false;                   // NHWC weights and images (conv models on CUDA)
   Precision precision_ = Precision::kFP32;       // train.precision, parsed once in setup()
+  CudaGraphDecision cuda_graph_;                 // train.cuda_graph, decided once in setup()
   DatasetPtr train_set_, val_set_;
   std::unique_ptr<DataLoader> train_loader_;
   std::unique_ptr<Evaluator> evaluator_;
@@ -215,6 +219,7 @@ class Trainer {
   std::optional<std::string> stop_wanted_;  // data-parallel: asked here, not yet agreed
   std::unique_ptr<StopVote> stop_vote_;     // data-parallel
   std::string last_checkpoint_;
+  std::string cuda_graph_outcome_;  // for the summary: "captured", or why the step ran eagerly
   std::vector<MetricRecord> history_;
 };
 

@@ -59,8 +59,10 @@ void Trainer::fit(const std::string& resume) {
   step_options.precision = precision_;
   step_options.device = device_;
   step_options.grad_sync = grad_sync_.get();
-  const StepRunner runner(step_options, params_, *optimizer_, *schedule_, *scaler_,
-                          [this](const Batch& batch) { return training_step(batch); });
+  step_options.graph = cuda_graph_.mode;
+  StepRunner runner(step_options, params_, *optimizer_, *schedule_, *scaler_,
+                    [this](const Batch& batch) { return training_step(batch); });
+  cuda_graph_outcome_ = cuda_graph_.mode == GraphMode::kOff ? "off: " + cuda_graph_.reason : "";
   const StepRunner::BatchSource next_batch = [this] { return next_train_batch(); };
 
   outputs_->begin(counters_.step);
@@ -92,6 +94,15 @@ void Trainer::fit(const std::string& resume) {
     outputs_->profile_before_step(step);
     const int64_t examples = window.examples, tokens = window.tokens;
     if (!run_step_or_stop(runner, next_batch, window, timer, log_after)) break;
+    if (const auto report = runner.take_report()) {
+      if (report->warning) {
+        outputs_->warn(report->message);
+        cuda_graph_outcome_ = "off: " + report->message;
+      } else {
+        outputs_->log(log::Level::kInfo, report->message);
+        cuda_graph_outcome_ = "captured";
+      }
+    }
     // Counted over all ranks (they take equal micro-batches), so a checkpoint means the same on
     // any number of ranks.
     counters_.examples_seen += (window.examples - examples) * world_size();
@@ -180,7 +191,7 @@ void Trainer::open_outputs(const std::string& resume) {
   outputs_ = std::make_unique<RunOutputs>(options, config_yaml());
 }
 
-bool Trainer::run_step_or_stop(const StepRunner& runner, const StepRunner::BatchSource& next_batch,
+bool Trainer::run_step_or_stop(StepRunner& runner, const StepRunner::BatchSource& next_batch,
                                WindowAccumulators& window, StepTimer& timer, bool log_after) {
   // A stop request can end the wait for a micro-batch inside the step. The state is then put
   // back to where the step began (the parameters are untouched until the optimizer step; the
@@ -232,6 +243,7 @@ RunFacts Trainer::run_facts(int64_t host_syncs, int64_t steps_logged) const {
   facts.steps_logged = steps_logged;
   facts.device_name = device_name(device_);
   facts.precision = config_.train.precision;
+  facts.cuda_graph = cuda_graph_outcome_.empty() ? "not captured yet" : cuda_graph_outcome_;
   return facts;
 }
 

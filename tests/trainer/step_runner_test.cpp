@@ -93,8 +93,8 @@ TEST(StepRunnerTest, OneStepEqualsTheHandWrittenSequence) {
   StepRunnerOptions options;
   options.grad_accum_steps = 2;
   options.max_grad_norm = kMaxNorm;
-  const StepRunner runner(options, run.params, *run.optimizer, *run.schedule, *run.scaler,
-                          [&](const Batch& b) { return loss_of(*run.model, b); });
+  StepRunner runner(options, run.params, *run.optimizer, *run.schedule, *run.scaler,
+                    [&](const Batch& b) { return loss_of(*run.model, b); });
   size_t next = 0;
   WindowAccumulators window;
   window.reset(c10::Device(c10::kCPU));
@@ -124,13 +124,13 @@ TEST(StepRunnerTest, RemembersTheFirstNonFiniteStepOnTheDevice) {
   Parts run = make_setup();
   StepRunnerOptions options;  // no clipping, no accumulation
   int64_t calls = 0;
-  const StepRunner runner(options, run.params, *run.optimizer, *run.schedule, *run.scaler,
-                          [&](const Batch& b) {
-                            StepOutput out = loss_of(*run.model, b);
-                            if (++calls >= 2)
-                              out.loss = out.loss * std::numeric_limits<float>::quiet_NaN();
-                            return out;
-                          });
+  StepRunner runner(options, run.params, *run.optimizer, *run.schedule, *run.scaler,
+                    [&](const Batch& b) {
+                      StepOutput out = loss_of(*run.model, b);
+                      if (++calls >= 2)
+                        out.loss = out.loss * std::numeric_limits<float>::quiet_NaN();
+                      return out;
+                    });
   WindowAccumulators window;
   window.reset(c10::Device(c10::kCPU));
   for (int64_t step = 0; step < 3; ++step) {

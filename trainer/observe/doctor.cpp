@@ -9,15 +9,17 @@ namespace brrr {
 namespace {
 
 // Rule thresholds (see the list in doctor.h).
-constexpr double kDataWaitPct = 10.0;          // % of step time waiting for data
-constexpr double kInProcessDataWaitPct = 1.0;  // num_workers 0: any measurable loading cost
-constexpr double kLowMemoryPct = 30.0;         // peak GPU memory, % of the device
-constexpr double kHostSyncsPerStep = 1.0;      // blocking device-to-host reads per step
-constexpr double kCopyWaitPct = 5.0;           // % of step time waiting for the H2D copy
-constexpr double kSawtoothMeanPct = 80.0;      // mean utilisation below this ...
-constexpr double kSawtoothP10Pct = 10.0;       // ... with a p10 below this: starved
-constexpr double kUnderusedMeanPct = 50.0;     // mean utilisation below this, p10 not idle
-constexpr int64_t kSuggestedWorkers = 4;       // first step up from num_workers 0
+constexpr double kDataWaitPct = 10.0;            // % of step time waiting for data
+constexpr double kInProcessDataWaitPct = 1.0;    // num_workers 0: any measurable loading cost
+constexpr double kLowMemoryPct = 30.0;           // peak GPU memory, % of the device
+constexpr double kHostSyncsPerStep = 1.0;        // blocking device-to-host reads per step
+constexpr double kCopyWaitPct = 5.0;             // % of step time waiting for the H2D copy
+constexpr double kSawtoothMeanPct = 80.0;        // mean utilisation below this ...
+constexpr double kSawtoothP10Pct = 10.0;         // ... with a p10 below this: starved
+constexpr double kUnderusedMeanPct = 50.0;       // mean utilisation below this, p10 not idle
+constexpr double kLaunchBoundMeanPct = 90.0;     // mean utilisation below this ...
+constexpr double kLaunchBoundDataWaitPct = 2.0;  // ... with less data wait than this: launches
+constexpr int64_t kSuggestedWorkers = 4;         // first step up from num_workers 0
 
 // `key` of `record` (which may be null), or nullopt.
 std::optional<double> number_of(const MetricRecord* record, const std::string& key) {
@@ -115,6 +117,7 @@ RunStats stats_from_records(const std::vector<MetricRecord>& records) {
   s.gpu_util_mean = number_of(summary, metric::kGpuUtilMean);
   s.gpu_util_p10 = number_of(summary, metric::kGpuUtilP10);
   s.gpu_mem_used_pct = number_of(summary, metric::kGpuMemUsedPct);
+  s.cuda_graph = summary_string(summary, metric::kCudaGraph);
   return s;
 }
 
@@ -158,6 +161,18 @@ std::vector<Finding> diagnose(const RunStats& s) {
                                  "to fill the GPU (try a larger data.batch_size)",
                                  pct(*s.gpu_util_mean)),
                      "data.batch_size"});
+    }
+    // Busy but not full, and not for want of data: the host cannot queue kernels as fast as the
+    // GPU runs them. One graph launch per step instead of ~1,000 kernel launches fixes that.
+    if (s.gpu_util_mean && s.data_wait_pct && *s.gpu_util_mean < kLaunchBoundMeanPct &&
+        *s.data_wait_pct < kLaunchBoundDataWaitPct && !s.cuda_graph.empty() &&
+        s.cuda_graph != "captured") {
+      out.push_back({"info",
+                     fmt::format("GPU busy {} of the time while it waited for data {}: the step "
+                                 "is bound by the host launching its kernels; capture it with "
+                                 "train.cuda_graph: auto (this run: {})",
+                                 pct(*s.gpu_util_mean), pct(*s.data_wait_pct), s.cuda_graph),
+                     "train.cuda_graph"});
     }
     if (s.host_syncs_per_step && *s.host_syncs_per_step >= kHostSyncsPerStep) {
       out.push_back({"warn",

@@ -13,6 +13,8 @@
 //  - * >= 1 host sync per step: something reads GPU values every step
 //  - * mean utilisation < 80% with p10 < 10%: the sawtooth of a starved GPU
 //  - * mean utilisation < 50% with p10 >= 10%: a GPU underused by small kernels
+//  - * mean utilisation < 90% with data wait < 2% and the step not captured in a CUDA graph: the
+//    host's kernel launches bound the step; train.cuda_graph
 // Unknown numbers (std::nullopt: not recorded) never trigger a rule.
 #include <cstdint>
 #include <optional>
@@ -63,6 +65,8 @@ struct RunStats {
   std::optional<double> gpu_util_mean;
   std::optional<double> gpu_util_p10;
   std::optional<double> gpu_mem_used_pct;
+  /// train.cuda_graph's outcome ("captured", "off: <why>"), or "" when not recorded.
+  std::string cuda_graph;
 
   /// True when device names a CUDA device.
   bool is_cuda() const;

@@ -102,7 +102,7 @@ const std::vector<MetricInfo>& metric_table() {
       {metric::kHostSyncsPerStep, "", "host-device syncs per step outside logging"},
       {metric::kLossScale, "", "fp16: the loss scale"},
       {metric::kBreakdownPrefix, "ms",
-       "per-step phases: data_wait, copy, forward, backward, optimizer, gpu_idle, other"},
+       "per-step phases: data_wait, copy, forward, backward, optimizer, graph, gpu_idle, other"},
       {metric::kCopyOverlappedMs, "ms", "CUDA: the whole side-stream copy per step"},
       {metric::kMemPeakMib, "MiB", "CUDA: allocator peak"},
       {metric::kMemTotalMib, "MiB", "CUDA: device memory"},
@@ -125,6 +125,8 @@ const std::vector<MetricInfo>& metric_table() {
       {metric::kDevice, "", "summary text: cpu, cuda:N"},
       {metric::kDeviceName, "", "summary text: the device's name"},
       {metric::kPrecision, "", "summary text: train.precision"},
+      {metric::kCudaGraph, "",
+       "summary text: train.cuda_graph's outcome, captured or off: <why the step ran eagerly>"},
   };
   return kTable;
 }

@@ -107,6 +107,7 @@ inline constexpr const char kGpuMemUsedPct[] = "gpu_mem_used_pct";
 inline constexpr const char kDevice[] = "device";
 inline constexpr const char kDeviceName[] = "device_name";
 inline constexpr const char kPrecision[] = "precision";
+inline constexpr const char kCudaGraph[] = "cuda_graph";
 }  // namespace metric
 
 }  // namespace brrr

@@ -19,6 +19,9 @@ class SyncCounter {
   void arm(bool on);
   /// Syncs counted since the last take(); resets the count.
   int64_t take();
+  /// Syncs counted by any SyncCounter of the process so far (never reset): a component compares
+  /// two readings to tell whether its own code synced, e.g. during a CUDA-graph capture.
+  static int64_t seen();
 };
 
 }  // namespace brrr

@@ -10,7 +10,8 @@
 namespace brrr {
 namespace {
 
-std::atomic<int64_t> g_syncs{0};
+std::atomic<int64_t> g_syncs{0};  // since the last take()
+std::atomic<int64_t> g_seen{0};   // ever
 
 // Whether `warning` is c10's sync-debug report. It is recognised by where it comes from, the
 // function c10::cuda::warn_or_error_on_sync (a public C10_CUDA_API function that every
@@ -33,6 +34,7 @@ class CountingHandler : public c10::WarningHandler {
   void process(const c10::Warning& warning) override {
     if (is_sync_report(warning)) {
       g_syncs.fetch_add(1, std::memory_order_relaxed);
+      g_seen.fetch_add(1, std::memory_order_relaxed);
       return;
     }
     if (next_ != nullptr) next_->process(warning);
@@ -62,6 +64,10 @@ void SyncCounter::arm(bool on) {
 
 int64_t SyncCounter::take() {
   return g_syncs.exchange(0);
+}
+
+int64_t SyncCounter::seen() {
+  return g_seen.load();
 }
 
 }  // namespace brrr

@@ -8,5 +8,8 @@ void SyncCounter::arm(bool /*on*/) {}
 int64_t SyncCounter::take() {
   return 0;
 }
+int64_t SyncCounter::seen() {
+  return 0;
+}
 
 }  // namespace brrr

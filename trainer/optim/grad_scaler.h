@@ -52,6 +52,10 @@ class GradScaler {
   /// Throws Error if unscale() was not called since the previous update().
   void update();
 
+  /// Forgets the unscale() of a step that is abandoned before its update() (a CUDA-graph capture
+  /// that failed: nothing of it ran on the device), so that the step can be taken again.
+  void abandon_step() { unscaled_ = false; }
+
   /// Current scale, read back from the device (a sync: for logging only). 1.0 when disabled.
   double scale_value() const;
   /// Optimizer steps skipped for non-finite gradients so far (a sync). 0 when disabled.

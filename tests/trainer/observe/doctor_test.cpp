@@ -194,6 +194,28 @@ TEST(DoctorTest, FlatLowUtilisationIsUnderuseNotStarvation) {
   EXPECT_FALSE(contains(f.message, "sawtooth"));
 }
 
+TEST(DoctorTest, ABusyButNotFullGpuWithoutDataWaitSuggestsTheCudaGraph) {
+  brrr::RunStats s = healthy();
+  s.gpu_util_mean = 81.0;
+  s.gpu_util_p10 = 74.0;
+  s.data_wait_pct = 0.4;
+  s.cuda_graph = "off: train.cuda_graph is false";
+  brrr::Finding f = only_finding(s);
+  EXPECT_EQ(f.severity, "info");
+  EXPECT_EQ(f.config_key, "train.cuda_graph");
+  EXPECT_TRUE(contains(f.message, "GPU busy 81% of the time while it waited for data 0%"))
+      << f.message;
+  EXPECT_TRUE(contains(f.message, "(this run: off: train.cuda_graph is false)")) << f.message;
+
+  s.cuda_graph = "captured";  // already graphed: something else bounds it
+  EXPECT_TRUE(brrr::diagnose(s).empty());
+  s.cuda_graph = "";  // not recorded (an older run): no guess
+  EXPECT_TRUE(brrr::diagnose(s).empty());
+  s.cuda_graph = "off: train.cuda_graph is false";
+  s.data_wait_pct = 6.0;  // waiting for data is a loader problem, not a launch one
+  EXPECT_TRUE(brrr::diagnose(s).empty());
+}
+
 TEST(DoctorTest, PutsWarningsBeforeHints) {
   brrr::RunStats s = healthy();
   s.precision = "fp32";     // info
@@ -221,11 +243,13 @@ TEST(DoctorTest, StatsComeFromTheSummaryRecord) {
   summary.text["device"] = "cuda:0";
   summary.text["precision"] = "bf16";
   summary.text["tensor_cores"] = "true";
+  summary.text["cuda_graph"] = "captured";
   std::vector<brrr::MetricRecord> records = {
       record("train", {{"step", 10}, {"samples_per_s", 100}, {"mem_peak_mib", 2048}}),
       record("eval", {{"step", 10}, {"val_loss", 0.3}}),
       record("train", {{"step", 20}, {"samples_per_s", 200}, {"mem_peak_mib", 4096}}), summary};
   brrr::RunStats s = brrr::stats_from_records(records);
+  EXPECT_EQ(s.cuda_graph, "captured");
   EXPECT_TRUE(s.is_cuda());
   EXPECT_EQ(s.precision, "bf16");
   EXPECT_EQ(s.steps, 1000);

@@ -1,0 +1,267 @@
+// train.cuda_graph on the GPU (each test skips without CUDA): a graphed run equals the eager run
+// (bit for bit in fp32 without dropout), also with accumulation, clipping, a changing lr, fp16 loss
+// scaling with skipped steps, dropout, a short last batch and a resume; a host sync inside the
+// step falls back under auto and fails under true, leaving the process able to capture again.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <torch/cuda.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "tests/trainer/trainer_test_util.h"
+
+namespace brrr {
+namespace {
+
+#define SKIP_WITHOUT_CUDA() \
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device"
+
+ExperimentConfig cuda_config(const std::string& name, int64_t steps) {
+  ExperimentConfig c = base_config(temp_dir(name));
+  c.run.device = "cuda";
+  c.optim.fused = "auto";
+  c.train.max_steps = steps;
+  c.train.grad_accum_steps = 2;
+  c.train.max_grad_norm = 0.5;  // small enough that most steps clip
+  c.schedule.name = "cosine";
+  c.schedule.warmup_steps = 5;  // the lr changes every step
+  return c;
+}
+
+const MetricRecord& summary_of(const Trainer& trainer) {
+  return trainer.history().back();
+}
+
+struct RunResult {
+  std::vector<double> losses;
+  std::vector<at::Tensor> weights;
+  std::string cuda_graph;  // the summary's outcome
+  std::vector<double> host_syncs;
+  std::vector<double> loss_scales;
+};
+
+template <typename T = BlobTrainer>
+RunResult train(ExperimentConfig config, const std::string& cuda_graph, const std::string& name) {
+  config.train.cuda_graph = cuda_graph;
+  config.run.name = name;
+  T trainer(config);
+  trainer.fit();
+  RunResult run;
+  run.losses = train_losses(trainer);
+  run.weights = weights(trainer);
+  run.cuda_graph = summary_of(trainer).text.at("cuda_graph");
+  for (const auto& r : trainer.history()) {
+    if (r.kind != RecordKind::kTrain) continue;
+    run.host_syncs.push_back(r.values.at("host_syncs_per_step"));
+    if (r.values.count("loss_scale")) run.loss_scales.push_back(r.values.at("loss_scale"));
+  }
+  return run;
+}
+
+void expect_same_run(const RunResult& graphed, const RunResult& eager, double tolerance) {
+  ASSERT_EQ(graphed.losses.size(), eager.losses.size());
+  for (size_t i = 0; i < eager.losses.size(); ++i) {
+    if (tolerance == 0) {
+      EXPECT_EQ(graphed.losses[i], eager.losses[i]) << "logged step " << i + 1;
+    } else {
+      EXPECT_NEAR(graphed.losses[i], eager.losses[i], tolerance * std::abs(eager.losses[i]))
+          << "logged step " << i + 1;
+    }
+  }
+  ASSERT_EQ(graphed.weights.size(), eager.weights.size());
+  for (size_t i = 0; i < eager.weights.size(); ++i) {
+    if (tolerance == 0) {
+      EXPECT_TRUE(at::equal(graphed.weights[i], eager.weights[i])) << "parameter " << i;
+    } else {
+      EXPECT_TRUE(at::allclose(graphed.weights[i], eager.weights[i], tolerance, tolerance))
+          << "parameter " << i;
+    }
+  }
+}
+
+TEST(CudaGraphTest, GraphedRunEqualsEagerBitForBitInFp32) {
+  SKIP_WITHOUT_CUDA();
+  const ExperimentConfig c = cuda_config("graph_fp32", 50);
+  const RunResult eager = train(c, "false", "eager");
+  const RunResult graphed = train(c, "true", "graphed");
+  EXPECT_EQ(eager.cuda_graph, "off: train.cuda_graph is false");
+  EXPECT_EQ(graphed.cuda_graph, "captured");
+  expect_same_run(graphed, eager, 0.0);
+  // Steps 1-2 are the eager warm-up and step 3 the capture; every window after holds replays.
+  for (size_t i = 3; i < graphed.host_syncs.size(); ++i) {
+    EXPECT_EQ(graphed.host_syncs[i], 0.0) << "window " << i + 1;
+  }
+}
+
+TEST(CudaGraphTest, Fp16LossScalingWithSkippedStepsMatchesEager) {
+  SKIP_WITHOUT_CUDA();
+  ExperimentConfig c = cuda_config("graph_fp16", 50);
+  c.train.precision = "fp16";
+  c.train.fp16.init_scale = std::pow(2.0, 40);  // fp16 gradients overflow: the first steps skip
+  c.train.fp16.growth_interval = 4;             // and the scale also grows later on
+  const RunResult eager = train(c, "false", "eager");
+  const RunResult graphed = train(c, "auto", "graphed");
+  EXPECT_EQ(graphed.cuda_graph, "captured");
+  expect_same_run(graphed, eager, 1e-6);
+  ASSERT_EQ(graphed.loss_scales.size(), eager.loss_scales.size());
+  for (size_t i = 0; i < eager.loss_scales.size(); ++i) {
+    EXPECT_EQ(graphed.loss_scales[i], eager.loss_scales[i]) << "window " << i + 1;
+  }
+  ASSERT_FALSE(eager.loss_scales.empty());
+  EXPECT_LT(eager.loss_scales[5], std::pow(2.0, 36))
+      << "steps were skipped and the scale backed off";
+}
+
+// A short last batch (100 examples, batch 16, drop_last off) runs eagerly between replays.
+TEST(CudaGraphTest, AShortLastBatchRunsEagerlyBetweenReplays) {
+  SKIP_WITHOUT_CUDA();
+  ExperimentConfig c = cuda_config("graph_short", 30);
+  c.train.grad_accum_steps = 1;
+  c.data.drop_last = false;
+  struct Trainer100 : BlobTrainer {
+    explicit Trainer100(ExperimentConfig config) : BlobTrainer(std::move(config), 100) {}
+  };
+  const RunResult eager = train<Trainer100>(c, "false", "eager");
+  const RunResult graphed = train<Trainer100>(c, "true", "graphed");
+  EXPECT_EQ(graphed.cuda_graph, "captured");
+  expect_same_run(graphed, eager, 0.0);
+}
+
+// Records the dropout mask of every step: a captured step writes it into one buffer, which the
+// step's end copies out.
+class MaskTrainer : public BlobTrainer {
+ public:
+  using BlobTrainer::BlobTrainer;
+  std::vector<at::Tensor> masks;
+
+ protected:
+  StepOutput training_step(const Batch& batch) override {
+    StepOutput out = BlobTrainer::training_step(batch);
+    if (!mask_.defined()) mask_ = at::empty({4096}, batch.at("features").options());
+    mask_.copy_(at::dropout(at::ones({4096}, mask_.options()), 0.5, /*train=*/true));
+    return out;
+  }
+  void on_step_end(int64_t step) override {
+    BlobTrainer::on_step_end(step);
+    masks.push_back(mask_.cpu());
+  }
+
+ private:
+  at::Tensor mask_;
+};
+
+TEST(CudaGraphTest, DropoutMasksAdvanceOnEveryReplayAsInEagerMode) {
+  SKIP_WITHOUT_CUDA();
+  ExperimentConfig c = cuda_config("graph_dropout", 12);
+  c.model.dropout = 0.2;
+  std::vector<std::vector<at::Tensor>> masks;
+  std::vector<RunResult> runs;
+  for (const char* mode : {"false", "true"}) {
+    c.train.cuda_graph = mode;
+    c.run.name = std::string("dropout_") + mode;
+    MaskTrainer trainer(c);
+    trainer.fit();
+    masks.push_back(trainer.masks);
+    runs.push_back({train_losses(trainer),
+                    weights(trainer),
+                    summary_of(trainer).text.at("cuda_graph"),
+                    {},
+                    {}});
+  }
+  EXPECT_EQ(runs[1].cuda_graph, "captured");
+  expect_same_run(runs[1], runs[0], 1e-6);
+  ASSERT_EQ(masks[1].size(), 12u);
+  for (size_t step = 0; step < masks[1].size(); ++step) {
+    EXPECT_TRUE(at::equal(masks[1][step], masks[0][step])) << "step " << step + 1;
+    if (step > 0) {
+      EXPECT_FALSE(at::equal(masks[1][step], masks[1][step - 1])) << "step " << step + 1;
+    }
+  }
+}
+
+TEST(CudaGraphTest, ResumeInGraphModeEqualsTheUninterruptedRun) {
+  SKIP_WITHOUT_CUDA();
+  ExperimentConfig c = cuda_config("graph_resume", 30);
+  c.model.dropout = 0.1;
+  c.train.cuda_graph = "true";
+  c.run.name = "whole";
+  BlobTrainer whole(c);
+  whole.fit();
+
+  c.run.name = "split";
+  BlobTrainer first(c);
+  first.stop_at = 12;  // a checkpoint after step 12, taken in graph mode
+  first.fit();
+  ASSERT_EQ(first.step(), 12);
+  BlobTrainer second(c);
+  second.fit("auto");
+  EXPECT_EQ(summary_of(second).text.at("cuda_graph"), "captured");
+
+  const std::vector<double> all = train_losses(whole);
+  const std::vector<double> resumed = train_losses(second);
+  ASSERT_EQ(all.size(), 30u);
+  ASSERT_EQ(resumed.size(), 18u);
+  for (size_t i = 0; i < resumed.size(); ++i) {
+    EXPECT_NEAR(resumed[i], all[12 + i], 1e-6 * std::abs(all[12 + i])) << "step " << 13 + i;
+  }
+  const auto a = weights(whole), b = weights(second);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(at::allclose(a[i], b[i], 1e-6, 1e-6)) << i;
+}
+
+// A training_step that reads the loss on the host every step (a sync a graph cannot hold).
+class SyncingTrainer : public BlobTrainer {
+ public:
+  using BlobTrainer::BlobTrainer;
+  double last_loss = 0;
+
+ protected:
+  StepOutput training_step(const Batch& batch) override {
+    StepOutput out = BlobTrainer::training_step(batch);
+    last_loss = out.loss.item<double>();
+    return out;
+  }
+};
+
+TEST(CudaGraphTest, AHostSyncInTheStepFallsBackToEagerUnderAuto) {
+  SKIP_WITHOUT_CUDA();
+  const ExperimentConfig c = cuda_config("graph_sync_auto", 12);
+  const RunResult eager = train<SyncingTrainer>(c, "false", "eager");
+  const RunResult fallback = train<SyncingTrainer>(c, "auto", "fallback");
+  EXPECT_EQ(fallback.cuda_graph.rfind("off: train.cuda_graph: the step runs eagerly", 0), 0u)
+      << fallback.cuda_graph;
+  EXPECT_NE(fallback.cuda_graph.find("synchronises the host with the device"), std::string::npos)
+      << fallback.cuda_graph;
+  // The refused capture left nothing behind: the run is the eager run, bit for bit.
+  expect_same_run(fallback, eager, 0.0);
+}
+
+TEST(CudaGraphTest, AHostSyncInTheStepFailsUnderTrueAndTheProcessCanCaptureAgain) {
+  SKIP_WITHOUT_CUDA();
+  ExperimentConfig c = cuda_config("graph_sync_true", 8);
+  c.train.cuda_graph = "true";
+  SyncingTrainer trainer(c);
+  try {
+    trainer.fit();
+    FAIL() << "expected Error";
+  } catch (const ConfigError&) {
+    FAIL() << "a refused capture is a run-time Error (exit 1), not a ConfigError";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("train.cuda_graph is true, but the training step cannot be captured"),
+              std::string::npos)
+        << what;
+    EXPECT_NE(what.find("synchronises the host with the device"), std::string::npos) << what;
+  }
+  // No capture is left running and no allocator pool routed: a clean trainer captures and trains.
+  c.run.name = "after";
+  const RunResult after = train(c, "true", "after");
+  EXPECT_EQ(after.cuda_graph, "captured");
+  const RunResult eager = train(c, "false", "after_eager");
+  expect_same_run(after, eager, 0.0);
+}
+
+}  // namespace
+}  // namespace brrr
