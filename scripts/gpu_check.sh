@@ -3,7 +3,8 @@
 #
 #   scripts/gpu_check.sh [build] [tests] [data] [loader] [resnet] [gpt] [gptprof] [fusedprof]
 #                        [recipe] [autotune] [resnet64] [fused] [blog] [ddp1] [scaling]
-#                        [scaling_resnet] [drill]
+#                        [scaling_resnet] [drill] [graphtests] [graph_gpt] [graph_resnet]
+#                        [blog_graph]
 #                        (none: build tests data loader resnet gpt blog, in order)
 #
 # Each stage runs under its own time limit (seconds, env STAGE_BUDGET_<NAME>), and the whole call
@@ -225,16 +226,16 @@ stage_gptprof() { profile_gpt "$RES/gptprof" 8 false eager; }
 stage_fusedprof() { profile_gpt "$RES/fusedprof" 16 auto compile; }
 
 # The article recipe (8 x 1024 tokens, accumulation 4) in one call: the GPT ladder's rungs 4
-# (unfused ATen) and 5 (the fused ops) against PyTorch eager and torch.compile and the Hugging
-# Face Trainer with torch_compile.
+# (unfused ATen), 5 (the fused ops) and 6 (the fused step as one CUDA graph) against PyTorch eager
+# and torch.compile and the Hugging Face Trainer with torch_compile.
 stage_recipe() {
   set -o pipefail
   [[ -s data_cache/fortunes_train.bin ]] || run scripts/prepare_data.sh tokens || return 1
-  local d=$RES/recipe rc=0
+  local d=$RES/recipe rc=0 r
   mkdir -p "$d"
   run env TRAINER="$BUILD_DIR/trainer" RUNS_DIR=runs/blog REPORT_DIR="$d/blog" \
-    LOG_DIR="$LOG/blog" scripts/run_blog.sh gpt_04_accum gpt_05_fused || rc=1
-  for r in runs/blog/blog_gpt_04_accum runs/blog/blog_gpt_05_fused; do
+    LOG_DIR="$LOG/blog" scripts/run_blog.sh gpt_04_accum gpt_05_fused gpt_06_cuda_graph || rc=1
+  for r in runs/blog/blog_gpt_04_accum runs/blog/blog_gpt_05_fused runs/blog/blog_gpt_06_cuda_graph; do
     [[ -d "$r" ]] && keep_run "$r" "$d/runs/$(basename "$r")"
   done
   cat "$d/blog/blog_table.md" 2>/dev/null
@@ -243,6 +244,20 @@ stage_recipe() {
   run python3 bench/hf_gpt2.py --tokens data_cache/fortunes_train.bin --max-steps 30 \
     --warmup 10 --csv "$d/hf_gpt2.csv" || rc=1
   cat "$d/torch_gpt2_recipe.csv" "$d/hf_gpt2.csv" 2>/dev/null
+  return $rc
+}
+
+# The ResNet-50 ladder's last rungs: 5 (batch 256, 16 workers) and 6 (batch 64 with the step as
+# one CUDA graph), with the blog table and GPU-utilisation timelines.
+stage_blog_graph() {
+  need_data || return 1
+  local rc=0 r
+  run env TRAINER="$BUILD_DIR/trainer" RUNS_DIR=runs/blog REPORT_DIR="$RES/blog_graph" \
+    LOG_DIR="$LOG/blog_graph" scripts/run_blog.sh 05_large_batch 06_cuda_graph || rc=1
+  for r in runs/blog/blog_05_large_batch runs/blog/blog_06_cuda_graph; do
+    [[ -d "$r" ]] && keep_run "$r" "$RES/blog_graph/runs/$(basename "$r")"
+  done
+  cat "$RES/blog_graph/blog_table.md" 2>/dev/null
   return $rc
 }
 
@@ -542,6 +557,64 @@ stage_drill() {
   return $rc
 }
 
+# The trainer suite's GPU tests alone (the CUDA-graph step and everything else of the trainer on
+# the device): a quick check after a change to the step.
+stage_graphtests() {
+  local rc=0
+  [[ -f "$BUILD_DIR/golden/optim_trajectories.pt" ]] ||
+    run python3 tests/golden/make_all.py --out "$BUILD_DIR/golden" || rc=1
+  run "$BUILD_DIR/tests/trainer_tests" --gtest_filter='*Cuda*' --gtest_brief=1 || rc=1
+  run "$BUILD_DIR/tests/cli_tests" --gtest_filter="${CLI_FILTER:-*Cuda*}" --gtest_brief=1 || rc=1
+  return $rc
+}
+
+# train.cuda_graph on GPT-2 124M (issue 13): the fused step at B=16 x 1024, bf16, graphed and
+# eager, against PyTorch eager and torch.compile, the same call (tokens/s, peak memory, syncs).
+stage_graph_gpt() {
+  set -o pipefail
+  [[ -s data_cache/fortunes_train.bin ]] || run scripts/prepare_data.sh tokens || return 1
+  local d=$RES/graph_gpt rc=0 g
+  mkdir -p "$d/runs"
+  for g in auto false; do
+    rm -rf "runs/gpu_check/gpt2_b16_graph_$g"
+    run "$BUILD_DIR/trainer" --config configs/gpt2-124m.yaml --set run.name="gpt2_b16_graph_$g" \
+      --set run.output_dir=runs/gpu_check --set data.batch_size=16 --set train.grad_accum_steps=1 \
+      --set train.max_steps=100 --set train.log_every=20 --set train.eval_every=0 \
+      --set train.eval_batches=1 --set model.fused=auto --set train.cuda_graph=$g 2>&1 | tail -5 || rc=1
+    keep_run "runs/gpu_check/gpt2_b16_graph_$g" "$d/runs/gpt2_b16_graph_$g"
+  done
+  run python3 bench/torch_gpt2.py --tokens data_cache/fortunes_train.bin --modes eager,compile \
+    --accum 1 --batch 16 --steps 40 --warmup 10 --csv "$d/torch_gpt2_b16.csv" || rc=1
+  python3 bench/summarize_runs.py "$d/runs" | tee "$d/runs.txt"
+  cat "$d/torch_gpt2_b16.csv" 2>/dev/null
+  return $rc
+}
+
+# train.cuda_graph on ResNet-50 (issue 13): bf16, channels-last, trained from the JPEG folder
+# (configs/blog/05_large_batch.yaml, 16 workers) at batch 64 and 256, graphed and eager, against
+# PyTorch's eager step and its step captured in one CUDA graph with the data already on the GPU.
+stage_graph_resnet() {
+  set -o pipefail
+  need_data || return 1
+  local d=$RES/graph_resnet rc=0 b g
+  mkdir -p "$d/runs"
+  run python3 bench/torch_resnet_step.py --batches 64,256 --steps 30 --warmup 10 \
+    --channels-last true --graph --csv "$d/torch_resnet.csv" || rc=1
+  for b in 64 256; do
+    for g in auto false; do
+      rm -rf "runs/gpu_check/r${b}_graph_$g"
+      run "$BUILD_DIR/trainer" --config configs/blog/05_large_batch.yaml \
+        --set run.name="r${b}_graph_$g" --set run.output_dir=runs/gpu_check \
+        --set data.batch_size=$b --set train.cuda_graph=$g \
+        --set train.max_steps=$(( b == 64 ? 300 : 120 )) 2>&1 | tail -4 || rc=1
+      keep_run "runs/gpu_check/r${b}_graph_$g" "$d/runs/r${b}_graph_$g"
+    done
+  done
+  python3 bench/summarize_runs.py "$d/runs" | tee "$d/runs.txt"
+  cat "$d/torch_resnet.csv" 2>/dev/null
+  return $rc
+}
+
 stage_blog() {
   need_data || return 1
   local rc=0 r
@@ -567,15 +640,19 @@ declare -A BUDGET=([build]=${STAGE_BUDGET_BUILD:-480} [tests]=${STAGE_BUDGET_TES
                    [blog]=${STAGE_BUDGET_BLOG:-420} [ddp1]=${STAGE_BUDGET_DDP1:-240}
                    [scaling]=${STAGE_BUDGET_SCALING:-540}
                    [scaling_resnet]=${STAGE_BUDGET_SCALING_RESNET:-420}
-                   [drill]=${STAGE_BUDGET_DRILL:-300})
+                   [drill]=${STAGE_BUDGET_DRILL:-300} [graphtests]=${STAGE_BUDGET_GRAPHTESTS:-240}
+                   [graph_gpt]=${STAGE_BUDGET_GRAPH_GPT:-240}
+                   [graph_resnet]=${STAGE_BUDGET_GRAPH_RESNET:-300}
+                   [blog_graph]=${STAGE_BUDGET_BLOG_GRAPH:-200})
 stages=("$@")
 (( ${#stages[@]} > 0 )) || stages=(build tests data loader resnet gpt blog)
 for s in "${stages[@]}"; do
-  [[ -n "${BUDGET[$s]:-}" ]] || { echo "gpu_check: unknown stage '$s' (build tests data loader resnet gpt gptprof fusedprof recipe autotune resnet64 fused blog ddp1 scaling scaling_resnet drill)" >&2; exit 2; }
+  [[ -n "${BUDGET[$s]:-}" ]] || { echo "gpu_check: unknown stage '$s' (build tests data loader resnet gpt gptprof fusedprof recipe autotune resnet64 fused blog ddp1 scaling scaling_resnet drill graphtests graph_gpt graph_resnet blog_graph)" >&2; exit 2; }
 done
 
 export -f run keep_run need_data profile_gpt stage_build stage_tests stage_data stage_loader stage_resnet \
-  stage_gpt stage_gptprof stage_fusedprof stage_recipe stage_autotune stage_resnet64 stage_fused stage_blog stage_ddp1 stage_scaling stage_scaling_resnet stage_drill
+  stage_gpt stage_gptprof stage_fusedprof stage_recipe stage_autotune stage_resnet64 stage_fused stage_blog stage_ddp1 stage_scaling stage_scaling_resnet stage_drill \
+  stage_graphtests stage_graph_gpt stage_graph_resnet stage_blog_graph
 export RES LOG ROOT
 status=0
 for STAGE in "${stages[@]}"; do
