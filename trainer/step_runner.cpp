@@ -112,10 +112,10 @@ StepOutput StepRunner::micro_step(const Batch& batch, int64_t micro, WindowAccum
   if (timer) timer->mark(StepTimer::Mark::kBackwardEnd);
 
   // Non-finite tracking stays on the device: remember the first bad step and its loss. In place
-  // (masked_fill_/copy_ into the window's tensors), with the step number read from the device:
-  // no new tensors per micro-batch, and a captured step records the step of its replay.
-  const at::Tensor loss = out.loss.detach().to(at::kFloat);
+  // (copy_ of a where() into the window's tensors), with the step number read from the device:
+  // the accumulators keep their storage, and a captured step records the step of its replay.
   // (Not masked_fill_ with the step tensor: its CUDA kernel reads a tensor value on the host.)
+  const at::Tensor loss = out.loss.detach().to(at::kFloat);
   const at::Tensor bad = loss.isfinite().logical_not().logical_and(window.first_bad.lt(0));
   window.bad_loss.copy_(at::where(bad, loss, window.bad_loss));
   window.first_bad.copy_(at::where(bad, step_on_device_, window.first_bad));
