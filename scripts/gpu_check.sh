@@ -4,7 +4,7 @@
 #   scripts/gpu_check.sh [build] [tests] [data] [loader] [resnet] [gpt] [gptprof] [fusedprof]
 #                        [recipe] [autotune] [resnet64] [fused] [blog] [ddp1] [scaling]
 #                        [scaling_resnet] [drill] [graphtests] [graph_gpt] [graph_resnet]
-#                        [blog_graph]
+#                        [blog_graph] [graphprof]
 #                        (none: build tests data loader resnet gpt blog, in order)
 #
 # Each stage runs under its own time limit (seconds, env STAGE_BUDGET_<NAME>), and the whole call
@@ -590,6 +590,34 @@ stage_graph_gpt() {
   return $rc
 }
 
+# Where the eager fused GPT-2 step loses its last percent to torch.compile: Kineto traces of 3
+# steps at B=16 of brrr's fused step eager and graphed, and of torch.compile's, summed by kernel
+# (all GPU work and the first-to-last span per step, kernel counts).
+stage_graphprof() {
+  set -o pipefail
+  [[ -s data_cache/fortunes_train.bin ]] || run scripts/prepare_data.sh tokens || return 1
+  local d=$RES/graphprof rc=0 g name
+  mkdir -p "$d/runs"
+  for g in false auto; do
+    name=gpt2_prof_graph_$g
+    rm -rf "runs/gpu_check/$name"
+    run "$BUILD_DIR/trainer" --config configs/gpt2-124m.yaml --set run.name="$name" \
+      --set run.output_dir=runs/gpu_check --set data.batch_size=16 --set train.grad_accum_steps=1 \
+      --set train.max_steps=40 --set train.log_every=20 --set train.eval_every=0 \
+      --set train.eval_batches=1 --set model.fused=auto --set train.cuda_graph=$g \
+      --set train.profile.start_step=25 --set train.profile.steps=3 2>&1 | tail -3 || rc=1
+    cp "runs/gpu_check/$name/trace.json" "$d/brrr_graph_$g.json" 2>/dev/null
+    keep_run "runs/gpu_check/$name" "$d/runs/$name"
+  done
+  run python3 bench/torch_gpt2.py --tokens data_cache/fortunes_train.bin --modes compile \
+    --accum 1 --batch 16 --steps 10 --warmup 10 --profile "$d" --profile-steps 3 || rc=1
+  run python3 bench/trace_kernels.py --steps 3 compile="$d/compile_accum1.json" \
+    eager="$d/brrr_graph_false.json" graphed="$d/brrr_graph_auto.json" --top 45 |
+    tee "$d/kernels.md" || rc=1
+  gzip -f "$d"/*.json
+  return $rc
+}
+
 # train.cuda_graph on ResNet-50 (issue 13): bf16, channels-last, trained from the JPEG folder
 # (configs/blog/05_large_batch.yaml, 16 workers) at batch 64 and 256, graphed and eager, against
 # PyTorch's eager step and its step captured in one CUDA graph with the data already on the GPU.
@@ -643,16 +671,17 @@ declare -A BUDGET=([build]=${STAGE_BUDGET_BUILD:-480} [tests]=${STAGE_BUDGET_TES
                    [drill]=${STAGE_BUDGET_DRILL:-300} [graphtests]=${STAGE_BUDGET_GRAPHTESTS:-240}
                    [graph_gpt]=${STAGE_BUDGET_GRAPH_GPT:-240}
                    [graph_resnet]=${STAGE_BUDGET_GRAPH_RESNET:-300}
-                   [blog_graph]=${STAGE_BUDGET_BLOG_GRAPH:-200})
+                   [blog_graph]=${STAGE_BUDGET_BLOG_GRAPH:-200}
+                   [graphprof]=${STAGE_BUDGET_GRAPHPROF:-240})
 stages=("$@")
 (( ${#stages[@]} > 0 )) || stages=(build tests data loader resnet gpt blog)
 for s in "${stages[@]}"; do
-  [[ -n "${BUDGET[$s]:-}" ]] || { echo "gpu_check: unknown stage '$s' (build tests data loader resnet gpt gptprof fusedprof recipe autotune resnet64 fused blog ddp1 scaling scaling_resnet drill graphtests graph_gpt graph_resnet blog_graph)" >&2; exit 2; }
+  [[ -n "${BUDGET[$s]:-}" ]] || { echo "gpu_check: unknown stage '$s' (build tests data loader resnet gpt gptprof fusedprof recipe autotune resnet64 fused blog ddp1 scaling scaling_resnet drill graphtests graph_gpt graph_resnet blog_graph graphprof)" >&2; exit 2; }
 done
 
 export -f run keep_run need_data profile_gpt stage_build stage_tests stage_data stage_loader stage_resnet \
   stage_gpt stage_gptprof stage_fusedprof stage_recipe stage_autotune stage_resnet64 stage_fused stage_blog stage_ddp1 stage_scaling stage_scaling_resnet stage_drill \
-  stage_graphtests stage_graph_gpt stage_graph_resnet stage_blog_graph
+  stage_graphtests stage_graph_gpt stage_graph_resnet stage_blog_graph stage_graphprof
 export RES LOG ROOT
 status=0
 for STAGE in "${stages[@]}"; do
