@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/ops/fused_classifier.h"
 #include "core/ops/residual_layernorm.h"
 #include "models/gpt_block.h"
 
@@ -81,6 +82,20 @@ Gpt::Gpt(const ModelOptions& options)
 }
 
 at::Tensor Gpt::forward(const at::Tensor& input) {
+  return at::linear(final_hidden(input), lm_head_weight_);  // (B, T, V)
+}
+
+at::Tensor Gpt::language_model_loss(const at::Tensor& input, const at::Tensor& targets,
+                                    bool fused) {
+  if (!(fused && fused_)) return Model::language_model_loss(input, targets, fused);
+  const at::Tensor h = final_hidden(input);  // (B, T, C)
+  // ln_f's output is read by nothing but the head (its backward keeps the stream, not it): the
+  // head's backward may write d hidden into it.
+  return lm_head_loss(h.reshape({-1, h.size(-1)}), lm_head_weight_, targets.reshape({-1}),
+                      kIgnoreIndex, /*hidden_is_scratch=*/true);
+}
+
+at::Tensor Gpt::final_hidden(const at::Tensor& input) {
   if (input.dim() != 2 || !at::isIntegralType(input.scalar_type(), /*includeBool=*/false) ||
       input.size(1) > options_.block_size) {
     throw Error(fmt::format(
@@ -91,10 +106,10 @@ at::Tensor Gpt::forward(const at::Tensor& input) {
   const at::Tensor pos = at::arange(T, input.options().dtype(at::kLong));       // (T,)
   const at::Tensor tok = wte_->forward(input);                                  // (B, T, C)
   const at::Tensor pos_emb = wpe_->forward(pos);                                // (T, C)
-  if (fused_) return at::linear(forward_fused(tok, pos_emb), lm_head_weight_);  // (B, T, V)
+  if (fused_) return forward_fused(tok, pos_emb);
   at::Tensor x = at::dropout(tok + pos_emb, options_.dropout, is_training());
   for (const auto& block : *h_) x = block->as<detail::GptBlockImpl>()->forward(x);  // (B, T, C)
-  return at::linear(ln_f_->forward(x), lm_head_weight_);                            // (B, T, V)
+  return ln_f_->forward(x);
 }
 
 at::Tensor Gpt::forward_fused(const at::Tensor& tok, const at::Tensor& pos_emb) {

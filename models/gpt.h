@@ -34,6 +34,10 @@ class Gpt : public Model {
 
   /// tokens (B, T) int64, T <= block_size -> logits (B, T, vocab_size).
   at::Tensor forward(const at::Tensor& input) override;
+  /// With `fused` and the fused blocks, the head and the loss are one op (ops::lm_head_loss): the
+  /// logits never leave it and their gradient needs no pass of its own; else as Model's.
+  at::Tensor language_model_loss(const at::Tensor& input, const at::Tensor& targets,
+                                 bool fused) override;
   Task task() const override { return Task::kLanguageModel; }
   /// Per sequence of block_size tokens: (6 N + 12 n_layer n_embd block_size) * block_size, N the
   /// parameters that do matmul work (all but wpe, and but wte when it is not the head).
@@ -47,6 +51,10 @@ class Gpt : public Model {
   bool fused() const { return fused_; }
 
  private:
+  /// tokens (B, T) -> ln_f's output (B, T, C), in the compute dtype on the fused path. Throws
+  /// brrr::Error naming the shape/dtype of input that does not fit.
+  at::Tensor final_hidden(const at::Tensor& input);
+
   /// The blocks with residual add + LayerNorm and bias + GELU fused (brrr::ops): the residual
   /// stream stays float32, each LayerNorm's output is in the compute dtype.
   // tok: (B, T, C) token embeddings, pos_emb: (T, C) -> (B, T, C) ln_f output in the compute dtype

@@ -25,6 +25,12 @@ class Model : public torch::nn::Module {
   /// image (B, C, H, W) float -> logits (B, num_classes); tokens (B, T) int64 -> logits (B, T, V).
   /// Throws brrr::Error naming the shape/dtype when the input does not fit the model.
   virtual at::Tensor forward(const at::Tensor& input) = 0;
+  /// kLanguageModel: the mean next-token cross-entropy of forward(input)'s logits against
+  /// targets (B, T), ignore_index -100. `fused`: through ops::fused_classifier (the logits read
+  /// in their dtype, never copied to float32; their gradient written in place), else log_softmax
+  /// in float32 + nll_loss. A model whose output head can fold into the loss overrides it.
+  virtual at::Tensor language_model_loss(const at::Tensor& input, const at::Tensor& targets,
+                                         bool fused);
   /// The input/output contract of forward().
   virtual Task task() const = 0;
   /// Estimated FLOPs of one forward + backward pass of one example (one sequence of block_size

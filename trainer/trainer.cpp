@@ -14,7 +14,6 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/name_registry.h"
-#include "core/ops/fused_classifier.h"
 #include "core/ops/image_input.h"
 #include "data/data_loader.h"
 #include "data/dataset_factory.h"
@@ -154,18 +153,7 @@ StepOutput Trainer::training_step(const Batch& batch) {
     const at::Tensor& tokens = batch.at("tokens");  // (B, T+1)
     const auto inputs = tokens.narrow(1, 0, tokens.size(1) - 1);
     const auto targets = tokens.narrow(1, 1, tokens.size(1) - 1);
-    const at::Tensor logits = model_->forward(inputs);              // (B, T, V)
-    const at::Tensor flat = logits.reshape({-1, logits.size(-1)});  // (B T, V)
-    if (config_.model.fused != "false") {
-      // One pass for the loss, one in-place pass for its gradient (ops::fused_classifier): no
-      // float32 logits and no second logits-sized buffer.
-      out.loss = fused_classifier(flat, targets.reshape({-1}));
-    } else {
-      // Cross-entropy in float32 read straight from the bf16/fp16 logits: log_softmax's dtype
-      // argument converts while reading, where logits.float() would first write a float32 copy
-      // of the (B T, V) logits (1.6 GB for GPT-2 at 8 x 1024) and its backward another cast.
-      out.loss = at::nll_loss(at::log_softmax(flat, 1, at::kFloat), targets.reshape({-1}));
-    }
+    out.loss = model_->language_model_loss(inputs, targets, config_.model.fused != "false");
     out.examples = tokens.size(0);
     out.tokens = inputs.numel();
     return out;

@@ -2,12 +2,15 @@
 
 #include <ATen/ATen.h>
 #include <ATen/OpMathType.h>
+#include <ATen/autocast_mode.h>
 #include <fmt/ranges.h>
 #include <torch/autograd.h>
 
 #include <cmath>
+#include <string>
 
 #include "core/error.h"
+#include "core/ops/op_dtypes.h"
 
 namespace brrr {
 
@@ -16,13 +19,25 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+// targets: int64 (rows,) on `device`; `input` names the tensor the rows come from.
+void check_targets(const at::Tensor& targets, int64_t rows, const at::Device& device,
+                   const std::string& op, const std::string& input) {
+  if (targets.scalar_type() != at::kLong || targets.dim() != 1 || targets.size(0) != rows ||
+      targets.device() != device) {
+    throw DataError(fmt::format("{}: targets must be int64 ({},) on {} for {}, got {} [{}] on {}",
+                                op, rows, device.str(), input,
+                                c10::toString(targets.scalar_type()),
+                                fmt::join(targets.sizes(), ", "), targets.device().str()));
+  }
+}
+
 void check_args(const at::Tensor& logits, const at::Tensor& targets) {
   const at::ScalarType dtype = logits.scalar_type();
   if (logits.dim() != 2 || logits.size(1) == 0) {
     throw DataError(fmt::format("fused_classifier: logits must be (N, V) with V > 0, got {} [{}]",
                                 c10::toString(dtype), fmt::join(logits.sizes(), ", ")));
   }
-  if (dtype != at::kFloat && dtype != at::kDouble && dtype != at::kHalf && dtype != at::kBFloat16) {
+  if (!detail::is_kernel_float(dtype)) {
     throw DataError(
         fmt::format("fused_classifier: logits must be float32, float64, bfloat16 or "
                     "float16, got {} [{}]",
@@ -34,14 +49,28 @@ void check_args(const at::Tensor& logits, const at::Tensor& targets) {
                     "strides [{}]",
                     fmt::join(logits.sizes(), ", "), fmt::join(logits.strides(), ", ")));
   }
-  if (targets.scalar_type() != at::kLong || targets.dim() != 1 ||
-      targets.size(0) != logits.size(0) || targets.device() != logits.device()) {
+  check_targets(targets, logits.size(0), logits.device(), "fused_classifier",
+                fmt::format("logits [{}]", fmt::join(logits.sizes(), ", ")));
+}
+
+void check_head_args(const at::Tensor& hidden, const at::Tensor& weight,
+                     const at::Tensor& targets) {
+  const bool shapes_ok = hidden.dim() == 2 && weight.dim() == 2 &&
+                         hidden.size(1) == weight.size(1) && weight.size(0) > 0;
+  const bool same = hidden.scalar_type() == weight.scalar_type() &&
+                    hidden.device() == weight.device() &&
+                    detail::is_kernel_float(hidden.scalar_type());
+  if (!shapes_ok || !same) {
     throw DataError(fmt::format(
-        "fused_classifier: targets must be int64 ({},) on {} for logits [{}], got {} [{}] on {}",
-        logits.size(0), logits.device().str(), fmt::join(logits.sizes(), ", "),
-        c10::toString(targets.scalar_type()), fmt::join(targets.sizes(), ", "),
-        targets.device().str()));
+        "lm_head_loss: expected hidden (N, C) and weight (V, C), V > 0, of one dtype among "
+        "float32, float64, bfloat16, float16 on one device, got hidden {} [{}] on {}, weight {} "
+        "[{}] on {}",
+        c10::toString(hidden.scalar_type()), fmt::join(hidden.sizes(), ", "),
+        hidden.device().str(), c10::toString(weight.scalar_type()),
+        fmt::join(weight.sizes(), ", "), weight.device().str()));
   }
+  check_targets(targets, hidden.size(0), hidden.device(), "lm_head_loss",
+                fmt::format("hidden [{}]", fmt::join(hidden.sizes(), ", ")));
 }
 
 // The forward kernel's math in ATen ops (the Function's CPU stage): {row_loss, lse} in the
@@ -117,6 +146,83 @@ class FusedClassifierFunction : public torch::autograd::Function<FusedClassifier
   }
 };
 
+// The forward-with-gradient kernel's math in ATen ops: row_loss, and logits <- softmax - onehot.
+at::Tensor forward_grad_stage_cpu(const at::Tensor& logits, const at::Tensor& targets,
+                                  int64_t ignore_index) {
+  const std::vector<at::Tensor> stage = forward_stage_cpu(logits, targets, ignore_index);
+  const at::Tensor one = at::ones({}, stage[1].options());
+  backward_stage_cpu(logits, targets, stage[1], one, one, ignore_index);
+  return stage[0];
+}
+
+// t *= scale in the accumulator type, rounded once (scale_cuda_ on the GPU).
+void scale_(const at::Tensor& t, const at::Tensor& scale) {
+  if (t.is_cuda()) {
+    detail::scale_cuda_(t, scale);
+  } else {
+    t.copy_(t.to(scale.scalar_type()).mul_(scale));
+  }
+}
+
+class LmHeadLossFunction : public torch::autograd::Function<LmHeadLossFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& hidden,
+                            const at::Tensor& weight, const at::Tensor& targets,
+                            int64_t ignore_index, bool with_grad, bool hidden_is_scratch) {
+    at::Tensor logits = at::mm(hidden, weight.t());  // (N, V)
+    const at::ScalarType acc = at::toOpMathType(logits.scalar_type());
+    const at::Tensor n_valid = targets.ne(ignore_index).sum().to(acc);  // on the device
+    at::Tensor row_loss;
+    if (with_grad) {
+      row_loss = logits.is_cuda()
+                     ? detail::fused_classifier_forward_grad_cuda(logits, targets, ignore_index)
+                     : forward_grad_stage_cpu(logits, targets, ignore_index);
+      ctx->save_for_backward({hidden, weight, logits, n_valid});
+      ctx->saved_data["hidden_is_scratch"] = hidden_is_scratch;
+      ctx->saved_data["consumed"] = false;
+    } else {
+      row_loss = logits.is_cuda()
+                     ? detail::fused_classifier_forward_cuda(logits, targets, ignore_index)[0]
+                     : forward_stage_cpu(logits, targets, ignore_index)[0];
+    }
+    return row_loss.sum().div_(n_valid);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    // Before unpacking: hidden's version check would throw a less telling error.
+    const bool scratch = ctx->saved_data["hidden_is_scratch"].toBool();
+    if (scratch && ctx->saved_data["consumed"].toBool()) {
+      throw Error(
+          "lm_head_loss: backward ran twice through one graph; the first one overwrote hidden "
+          "with its gradient (hidden_is_scratch; retain_graph=True needs it false)");
+    }
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor& hidden = saved[0];
+    const at::Tensor& weight = saved[1];
+    const at::Tensor& g = saved[2];  // softmax - onehot, unscaled
+    const at::Tensor scale = grads[0].to(saved[3].scalar_type()).div(saved[3]);
+    at::Tensor d_hidden, d_weight;
+    // d W first: it is hidden's last reader, so that d hidden may take hidden's buffer.
+    if (ctx->needs_input_grad(1)) {
+      d_weight = g.t().mm(hidden);  // (V, C), in weight's layout
+      scale_(d_weight, scale);
+    }
+    if (ctx->needs_input_grad(0)) {
+      if (scratch) {
+        ctx->saved_data["consumed"] = true;
+        d_hidden = hidden;
+        at::mm_out(d_hidden, g, weight);
+        // A node that saved hidden too and runs later fails on the version check.
+        torch::autograd::impl::bump_version(d_hidden);
+      } else {
+        d_hidden = g.mm(weight);
+      }
+      scale_(d_hidden, scale);
+    }
+    return {d_hidden, d_weight, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
 }  // namespace
 
 at::Tensor fused_classifier_reference(const at::Tensor& logits, const at::Tensor& targets,
@@ -143,6 +249,43 @@ at::Tensor fused_classifier(const at::Tensor& logits, const at::Tensor& targets,
     return detail::fused_classifier_function(logits, targets, ignore_index);
   }
   return fused_classifier_reference(logits, targets, ignore_index);
+}
+
+at::Tensor lm_head_loss_reference(const at::Tensor& hidden, const at::Tensor& weight,
+                                  const at::Tensor& targets, int64_t ignore_index) {
+  check_head_args(hidden, weight, targets);
+  return fused_classifier_reference(at::linear(hidden, weight), targets, ignore_index);
+}
+
+namespace detail {
+
+at::Tensor lm_head_loss_function(const at::Tensor& hidden, const at::Tensor& weight,
+                                 const at::Tensor& targets, int64_t ignore_index,
+                                 bool hidden_is_scratch) {
+  check_head_args(hidden, weight, targets);
+  const bool with_grad =
+      at::GradMode::is_enabled() && (hidden.requires_grad() || weight.requires_grad());
+  // Scratch only when hidden is its own contiguous buffer: a copy made here is scratch anyway.
+  return LmHeadLossFunction::apply(hidden.contiguous(), weight.contiguous(), targets.contiguous(),
+                                   ignore_index, with_grad, hidden_is_scratch);
+}
+
+}  // namespace detail
+
+at::Tensor lm_head_loss(const at::Tensor& hidden, const at::Tensor& weight,
+                        const at::Tensor& targets, int64_t ignore_index, bool hidden_is_scratch) {
+  if (!(hidden.is_cuda() && detail::fused_classifier_cuda_built())) {
+    return lm_head_loss_reference(hidden, weight, targets, ignore_index);
+  }
+  // A custom Function is invisible to autocast: cast as autocast casts at::linear's arguments.
+  const c10::DeviceType type = hidden.device().type();
+  if (at::autocast::is_autocast_enabled(type)) {
+    const at::ScalarType dtype = at::autocast::get_autocast_dtype(type);
+    return detail::lm_head_loss_function(at::autocast::cached_cast(dtype, hidden, type),
+                                         at::autocast::cached_cast(dtype, weight, type), targets,
+                                         ignore_index, hidden_is_scratch);
+  }
+  return detail::lm_head_loss_function(hidden, weight, targets, ignore_index, hidden_is_scratch);
 }
 
 }  // namespace brrr

@@ -39,6 +39,26 @@
 // Kernel invariant: rows are contiguous. Each row is read in 16-byte vectors from its first
 // 16-byte-aligned element; the unaligned head and tail (fewer than 16 bytes each) are read one
 // element at a time, so any V (50257 too) keeps 16-byte loads for the bulk of the row.
+//
+// Op `lm_head_loss`: the same loss of the logits hidden W^T, the language model's head and its
+// loss as one op, so that the gradient needs no pass over the logits of its own.
+//
+//   hidden:  (N, C), weight: (V, C), one floating dtype on one device (under autocast both are
+//            cast as at::linear's arguments are, leaf weights through autocast's cache)
+//   targets, ignore_index, returns: as fused_classifier
+//
+// Paths: lm_head_loss_reference (at::linear, then fused_classifier_reference) and, for CUDA
+// tensors in a build with CUDA, an autograd Function:
+//   forward:  logits = hidden W^T (one GEMM, in hidden's dtype); with a gradient to compute, one
+//             kernel reads each row twice (the second time from L2) and overwrites it with
+//             softmax - onehot(target), unscaled, while it writes the row's loss; without one,
+//             fused_classifier's forward kernel reads it once and the logits are freed.
+//   backward: d hidden = G W and d W = G^T hidden (G the rewritten logits), each then scaled by
+//             grad_output / n_valid in float by a small kernel, rounded once: the scale is known
+//             only now and the (N, C) and (V, C) outputs are 65x and 21x smaller than G, so
+//             it costs two short passes instead of a read and a write of the logits.
+// Saved for backward: hidden, weight, G (the logits buffer), n_valid (0-dim float). G is not
+// modified by backward: a second backward (retain_graph) is allowed, unless hidden_is_scratch.
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
@@ -56,7 +76,38 @@ at::Tensor fused_classifier(const at::Tensor& logits, const at::Tensor& targets,
 at::Tensor fused_classifier_reference(const at::Tensor& logits, const at::Tensor& targets,
                                       int64_t ignore_index = kIgnoreIndex);
 
+/// The head and its loss, dispatched on hidden's device. Throws DataError naming shapes/dtypes
+/// for bad input.
+/// hidden_is_scratch: the caller gives hidden up to the op (nothing else reads it after the
+/// forward), so the backward writes d hidden into hidden's buffer once d W has read it: one
+/// (N, C) tensor less at the backward's peak (24 MiB for GPT-2 at 16 x 1024). hidden's version
+/// is bumped (a later reader fails loudly) and a second backward through the graph throws. A
+/// hidden of another dtype under autocast, or not contiguous, is copied, and the copy is the
+/// scratch. The reference path ignores it.
+at::Tensor lm_head_loss(const at::Tensor& hidden, const at::Tensor& weight,
+                        const at::Tensor& targets, int64_t ignore_index = kIgnoreIndex,
+                        bool hidden_is_scratch = false);
+
+/// lm_head_loss's reference: at::linear (autocast applies), then fused_classifier_reference.
+at::Tensor lm_head_loss_reference(const at::Tensor& hidden, const at::Tensor& weight,
+                                  const at::Tensor& targets, int64_t ignore_index = kIgnoreIndex);
+
 namespace detail {
+/// lm_head_loss's autograd Function on any device (the CPU runs the kernels' math in ATen ops),
+/// without autocast's casts: hidden and weight are used in their own dtype.
+at::Tensor lm_head_loss_function(const at::Tensor& hidden, const at::Tensor& weight,
+                                 const at::Tensor& targets, int64_t ignore_index = kIgnoreIndex,
+                                 bool hidden_is_scratch = false);
+
+/// lm_head_loss's forward kernel's launcher: overwrites `logits` with softmax - onehot(target)
+/// (0 in ignored rows, NaN where the target is out of range) and returns row_loss (N,) as
+/// fused_classifier_forward_cuda does.
+at::Tensor fused_classifier_forward_grad_cuda(const at::Tensor& logits, const at::Tensor& targets,
+                                              int64_t ignore_index);
+/// t *= scale in place, in t's accumulator type, rounded once; scale: 0-dim, that type, on t's
+/// device (never read on the host).
+void scale_cuda_(const at::Tensor& t, const at::Tensor& scale);
+
 /// The autograd Function on any device: the kernels for CUDA tensors, and on the CPU the same
 /// two stages written in ATen ops (lse saved, in-place gradient), so its plumbing is tested
 /// without a GPU. Arguments as fused_classifier.

@@ -1,7 +1,7 @@
-// fused_classifier: the reference against F.cross_entropy (ATen's cross_entropy_loss), the
-// autograd Function's CPU stages against the reference and against finite differences,
-// ignore_index, the in-place gradient's contract, errors; on CUDA the kernels against the
-// reference on fresh random inputs, odd sizes, misaligned rows, every dtype.
+// fused_classifier and lm_head_loss: the references against F.cross_entropy (ATen's
+// cross_entropy_loss), the autograd Functions' CPU stages against the references and against
+// finite differences, ignore_index, the in-place gradient's contract, errors; on CUDA the kernels
+// against the references on fresh random inputs, odd sizes, misaligned rows, every dtype.
 #include "core/ops/fused_classifier.h"
 
 #include <ATen/ATen.h>
@@ -9,6 +9,9 @@
 #include <gtest/gtest.h>
 #include <torch/autograd.h>
 #include <torch/cuda.h>
+
+#include <array>
+#include <cmath>
 
 #include "core/error.h"
 #include "tests/core/ops/ops_test_util.h"
@@ -202,6 +205,159 @@ TEST(FusedClassifierTest, BadArgumentsNameWhatIsWrong) {
                   "got Long [2, 2] on cpu"));
 }
 
+// ---- lm_head_loss: the head and the loss as one op -----------------------------------------
+
+struct HeadResult {
+  at::Tensor loss, d_hidden, d_weight;
+};
+
+// loss and the gradients of hidden and weight through `op`, the loss multiplied by grad_scale
+// before backward.
+template <typename Op>
+HeadResult head_loss_and_grads(Op op, const at::Tensor& hidden, const at::Tensor& weight,
+                               const at::Tensor& targets, double grad_scale = 1.0) {
+  const at::Tensor h = hidden.detach().clone().requires_grad_(true);
+  const at::Tensor w = weight.detach().clone().requires_grad_(true);
+  const at::Tensor loss = op(h, w, targets);
+  (loss * grad_scale).backward();
+  return {loss.detach(), h.grad(), w.grad()};
+}
+
+const auto kHeadReference = [](const at::Tensor& h, const at::Tensor& w, const at::Tensor& t) {
+  return lm_head_loss_reference(h, w, t);
+};
+const auto kHeadFunction = [](const at::Tensor& h, const at::Tensor& w, const at::Tensor& t) {
+  return detail::lm_head_loss_function(h, w, t);
+};
+
+TEST(LmHeadLossTest, FunctionMatchesTheReference) {
+  SCOPED_TRACE("seed " + std::to_string(test::fresh_seed()));
+  for (at::ScalarType dtype : {at::kFloat, at::kDouble}) {
+    const at::Tensor hidden = at::randn({23, 16}).to(dtype);
+    const at::Tensor weight = (at::randn({131, 16}) * 0.5).to(dtype);
+    const at::Tensor targets = make_targets(23, 131, at::TensorOptions());
+    const HeadResult got = head_loss_and_grads(kHeadFunction, hidden, weight, targets, 1.7);
+    const HeadResult want = head_loss_and_grads(kHeadReference, hidden, weight, targets, 1.7);
+    EXPECT_EQ(got.loss.scalar_type(), dtype == at::kDouble ? at::kDouble : at::kFloat);
+    EXPECT_EQ(got.d_hidden.scalar_type(), dtype);
+    EXPECT_EQ(got.d_weight.scalar_type(), dtype);
+    EXPECT_LT(rel_error(got.loss, want.loss), 1e-6) << dtype;
+    EXPECT_LT(rel_error(got.d_hidden, want.d_hidden), 1e-6) << dtype;
+    EXPECT_LT(rel_error(got.d_weight, want.d_weight), 1e-6) << dtype;
+  }
+}
+
+TEST(LmHeadLossTest, GradientsMatchFiniteDifferences) {
+  SCOPED_TRACE("seed " + std::to_string(test::fresh_seed()));
+  const at::Tensor hidden = at::randn({5, 4}, at::kDouble);
+  const at::Tensor weight = at::randn({9, 4}, at::kDouble);
+  at::Tensor targets = at::randint(0, 9, {5}, at::kLong);
+  targets.index_put_({3}, kIgnoreIndex);
+  const HeadResult got = head_loss_and_grads(kHeadFunction, hidden, weight, targets);
+  const at::Tensor h = hidden.clone(), w = weight.clone();
+  const auto loss = [&] { return detail::lm_head_loss_function(h, w, targets); };
+  EXPECT_LT(rel_error(got.d_hidden, test::numeric_grad(loss, h)), 1e-7);
+  EXPECT_LT(rel_error(got.d_weight, test::numeric_grad(loss, w)), 1e-7);
+}
+
+TEST(LmHeadLossTest, WithoutGradientsTheLossIsTheSame) {
+  SCOPED_TRACE("seed " + std::to_string(test::fresh_seed()));
+  const at::Tensor hidden = at::randn({12, 8}), weight = at::randn({40, 8});
+  const at::Tensor targets = make_targets(12, 40, at::TensorOptions());
+  const HeadResult with = head_loss_and_grads(kHeadFunction, hidden, weight, targets);
+  at::Tensor without;
+  {
+    const at::NoGradGuard no_grad;
+    without = detail::lm_head_loss_function(hidden.requires_grad_(false), weight, targets);
+  }
+  EXPECT_FALSE(without.requires_grad());
+  EXPECT_TRUE(at::equal(with.loss, without));
+  // Inputs that need no gradient under grad mode take the same forward-only path.
+  EXPECT_TRUE(at::equal(detail::lm_head_loss_function(hidden, weight, targets), without));
+}
+
+TEST(LmHeadLossTest, SecondBackwardAndMicroBatchesAccumulate) {
+  SCOPED_TRACE("seed " + std::to_string(test::fresh_seed()));
+  const at::Tensor h1 = at::randn({7, 6}), h2 = at::randn({5, 6}), w0 = at::randn({19, 6});
+  const at::Tensor t1 = make_targets(7, 19, {}), t2 = make_targets(5, 19, {});
+  auto grad_of_weight = [&](auto op) {
+    const at::Tensor w = w0.clone().requires_grad_(true);
+    const at::Tensor first = op(h1, w, t1);
+    first.backward({}, /*retain_graph=*/true);
+    (0.5 * first).backward();  // the saved gradient buffer is read, not consumed
+    op(h2, w, t2).backward();  // a second micro-batch adds into w.grad
+    return w.grad().clone();
+  };
+  EXPECT_LT(rel_error(grad_of_weight(kHeadFunction), grad_of_weight(kHeadReference)), 1e-6);
+}
+
+TEST(LmHeadLossTest, ScratchHiddenTakesItsGradient) {
+  SCOPED_TRACE("seed " + std::to_string(test::fresh_seed()));
+  const at::Tensor leaf = at::randn({9, 5}).requires_grad_(true);
+  const at::Tensor w0 = at::randn({21, 5});
+  const at::Tensor targets = make_targets(9, 21, at::TensorOptions());
+  const HeadResult want = head_loss_and_grads(kHeadFunction, leaf, w0, targets);
+  const at::Tensor hidden = leaf * 1;  // the buffer the op may overwrite
+  const at::Tensor w = w0.clone().requires_grad_(true);
+  const int64_t version = hidden._version();
+  const at::Tensor loss =
+      detail::lm_head_loss_function(hidden, w, targets, kIgnoreIndex, /*hidden_is_scratch=*/true);
+  loss.backward({}, /*retain_graph=*/true);
+  EXPECT_TRUE(at::equal(loss.detach(), want.loss));
+  EXPECT_LT(rel_error(leaf.grad(), want.d_hidden), 1e-6);
+  EXPECT_LT(rel_error(w.grad(), want.d_weight), 1e-6);
+  EXPECT_TRUE(at::equal(hidden.detach(), leaf.grad()));  // hidden's buffer holds d hidden
+  EXPECT_GT(hidden._version(), version);
+  try {
+    loss.backward();
+    FAIL() << "no error";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("backward ran twice"), std::string::npos) << e.what();
+  }
+}
+
+TEST(LmHeadLossTest, IgnoredAndOutOfRangeRows) {
+  const at::Tensor hidden = at::randn({4, 3}), weight = at::randn({6, 3});
+  const at::Tensor ignored =
+      at::tensor(std::vector<int64_t>{2, kIgnoreIndex, 5, kIgnoreIndex}, at::kLong);
+  const HeadResult got = head_loss_and_grads(kHeadFunction, hidden, weight, ignored);
+  const HeadResult want = head_loss_and_grads(kHeadReference, hidden, weight, ignored);
+  EXPECT_LT(rel_error(got.loss, want.loss), 1e-6);
+  EXPECT_TRUE(got.d_hidden[1].eq(0).all().item<bool>());
+  EXPECT_LT(rel_error(got.d_weight, want.d_weight), 1e-6);
+  const at::Tensor out_of_range = at::tensor(std::vector<int64_t>{2, 6, 5, 0}, at::kLong);
+  const HeadResult bad = head_loss_and_grads(kHeadFunction, hidden, weight, out_of_range);
+  EXPECT_TRUE(std::isnan(bad.loss.item<double>()));
+  EXPECT_TRUE(bad.d_hidden[1].isnan().all().item<bool>());
+  EXPECT_TRUE(bad.d_hidden[0].isfinite().all().item<bool>());
+}
+
+TEST(LmHeadLossTest, BadArgumentsNameWhatIsWrong) {
+  const at::Tensor hidden = at::randn({4, 3}), weight = at::randn({6, 3});
+  const at::Tensor targets = at::zeros({4}, at::kLong);
+  auto has = [](const std::string& m, const std::string& part) {
+    return m.find(part) != std::string::npos;
+  };
+  const std::string shapes = test::data_error_message([&] {
+    lm_head_loss(hidden, at::randn({6, 5}), targets);
+  });
+  EXPECT_TRUE(has(shapes, "lm_head_loss: expected hidden (N, C) and weight (V, C)")) << shapes;
+  EXPECT_TRUE(has(shapes, "got hidden Float [4, 3] on cpu, weight Float [6, 5] on cpu")) << shapes;
+  EXPECT_TRUE(has(test::data_error_message([&] {
+                    lm_head_loss(hidden, weight.to(at::kDouble), targets);
+                  }),
+                  "weight Double [6, 3]"));
+  EXPECT_TRUE(has(test::data_error_message([&] {
+                    lm_head_loss(hidden.to(at::kInt), weight.to(at::kInt), targets);
+                  }),
+                  "got hidden Int [4, 3]"));
+  EXPECT_TRUE(has(test::data_error_message([&] {
+                    detail::lm_head_loss_function(hidden, weight, at::zeros({3}, at::kLong));
+                  }),
+                  "lm_head_loss: targets must be int64 (4,) on cpu for hidden [4, 3], got Long "
+                  "[3] on cpu"));
+}
+
 // ---- CUDA: the kernels against the reference on the GPU ----------------------------------
 
 // (N, V) shapes: tiny, V = 50257 unpadded (odd, rows not 16-byte aligned), V = 50304 padded,
@@ -274,6 +430,116 @@ TEST(FusedClassifierCudaTest, IgnoredAndOutOfRangeRows) {
   const auto [want3, want_grad3] = loss_and_grad(kReference, logits.narrow(0, 0, 3), valid);
   EXPECT_LT(rel_error(loss3, want3), 1e-5);
   EXPECT_LT(rel_error(grad3, want_grad3), 1e-5);
+}
+
+TEST(LmHeadLossCudaTest, MatchesTheReference) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  ASSERT_TRUE(detail::fused_classifier_cuda_built());
+  SCOPED_TRACE("seed " + std::to_string(test::fresh_seed()));
+  const auto cuda = at::TensorOptions().device(at::kCUDA);
+  // (N, C, V): V = 50257 leaves every row but the first off a 16-byte boundary.
+  const std::vector<std::array<int64_t, 3>> shapes = {
+      {1, 8, 5}, {3, 64, 1000}, {37, 96, 50257}, {130, 768, 50304}};
+  for (const auto& [rows, channels, vocab] : shapes) {
+    for (at::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
+      SCOPED_TRACE(::testing::Message() << "N " << rows << " C " << channels << " V " << vocab
+                                        << " " << dtype);
+      const at::Tensor hidden = at::randn({rows, channels}, cuda).to(dtype);
+      const at::Tensor weight =
+          (at::randn({vocab, channels}, cuda) * (2.0 / std::sqrt(channels))).to(dtype);
+      const at::Tensor targets = make_targets(rows, vocab, cuda);
+      test::poison({{{rows, vocab}, dtype}, {{rows}, at::kFloat}, {{rows, channels}, dtype},
+                    {{vocab, channels}, dtype}},
+                   cuda.device());
+      const HeadResult got = head_loss_and_grads(kHeadFunction, hidden, weight, targets, 1.3);
+      // The reference in float32 from the same rounded inputs.
+      const HeadResult want = head_loss_and_grads(kHeadReference, hidden.to(at::kFloat),
+                                                  weight.to(at::kFloat), targets, 1.3);
+      const double tol = dtype == at::kFloat ? 1e-5 : 1e-2;
+      ASSERT_EQ(got.loss.scalar_type(), at::kFloat);
+      EXPECT_LT(rel_error(got.loss, want.loss), tol);
+      EXPECT_LT(rel_error(got.d_hidden, want.d_hidden), tol);
+      EXPECT_LT(rel_error(got.d_weight, want.d_weight), tol);
+    }
+  }
+}
+
+TEST(LmHeadLossCudaTest, ForwardGradKernelOnMisalignedRows) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  SCOPED_TRACE("seed " + std::to_string(test::fresh_seed()));
+  const auto cuda = at::TensorOptions().device(at::kCUDA);
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf, at::kDouble}) {
+    for (bool misaligned : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << dtype << (misaligned ? " misaligned" : ""));
+      const at::Tensor logits = cuda_logits(67, 50257, dtype, misaligned);
+      at::Tensor targets = make_targets(67, 50257, cuda);
+      targets.index_put_({5}, 50257);  // out of range
+      const at::Tensor x = logits.to(at::kDouble);
+      at::Tensor want = x.softmax(1);
+      const at::Tensor counted = targets.ge(0).logical_and(targets.lt(50257));
+      const at::Tensor index = targets.clamp(0, 50256).unsqueeze(1);
+      want.scatter_(1, index, want.gather(1, index) - 1);
+      want.masked_fill_(targets.eq(kIgnoreIndex).unsqueeze(1), 0.0);
+      want.masked_fill_(counted.logical_not().unsqueeze(1), NAN);
+      const at::Tensor want_loss =
+          (x.logsumexp(1) - x.gather(1, index).squeeze(1)).masked_fill(targets.eq(kIgnoreIndex), 0);
+      test::poison({{{67}, dtype == at::kDouble ? at::kDouble : at::kFloat}}, cuda.device());
+      const at::Tensor row_loss =
+          detail::fused_classifier_forward_grad_cuda(logits, targets, kIgnoreIndex);
+      const double tol = dtype == at::kFloat || dtype == at::kDouble ? 1e-5 : 1e-2;
+      const at::Tensor ok = counted.nonzero().squeeze(1);
+      EXPECT_LT(rel_error(row_loss.index_select(0, ok), want_loss.index_select(0, ok)), tol);
+      EXPECT_TRUE(row_loss[5].isnan().item<bool>());
+      EXPECT_LT(rel_error(logits.index_select(0, ok), want.index_select(0, ok)), tol);
+      EXPECT_TRUE(logits[5].isnan().all().item<bool>());
+    }
+  }
+}
+
+TEST(LmHeadLossCudaTest, ScaleKernelRoundsOnceOnEveryLengthAndAlignment) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  SCOPED_TRACE("seed " + std::to_string(test::fresh_seed()));
+  const auto cuda = at::TensorOptions().device(at::kCUDA);
+  const at::Tensor scale = at::full({}, 1.0 / 3.0, cuda.dtype(at::kFloat));
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
+    for (int64_t n : {1, 7, 8, 9, 1000003}) {
+      for (int64_t offset : {0, 1}) {
+        SCOPED_TRACE(::testing::Message() << dtype << " n " << n << " offset " << offset);
+        const at::Tensor buffer = at::randn({n + 1}, cuda).to(dtype);
+        const at::Tensor t = buffer.narrow(0, offset, n);
+        const at::Tensor want = (t.to(at::kFloat) * scale).to(dtype);  // float, rounded once
+        detail::scale_cuda_(t, scale);
+        EXPECT_TRUE(at::equal(t, want));
+      }
+    }
+  }
+}
+
+TEST(LmHeadLossCudaTest, CastsAsAutocastAndGivesFloatWeightGradients) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  SCOPED_TRACE("seed " + std::to_string(test::fresh_seed()));
+  const auto cuda = at::TensorOptions().device(at::kCUDA);
+  const at::Tensor hidden = at::randn({256, 64}, cuda);
+  const at::Tensor weight = at::randn({1000, 64}, cuda) * 0.1;
+  const at::Tensor targets = make_targets(256, 1000, cuda);
+  auto under_autocast = [&](auto op) {
+    at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+    at::autocast::set_autocast_enabled(at::kCUDA, true);
+    HeadResult r = head_loss_and_grads(op, hidden, weight, targets);
+    at::autocast::set_autocast_enabled(at::kCUDA, false);
+    at::autocast::clear_cache();
+    return r;
+  };
+  const HeadResult got = under_autocast(
+      [](const at::Tensor& h, const at::Tensor& w, const at::Tensor& t) {
+        return lm_head_loss(h, w, t);
+      });
+  const HeadResult want = under_autocast(kHeadReference);
+  EXPECT_EQ(got.d_weight.scalar_type(), at::kFloat);
+  EXPECT_EQ(got.d_hidden.scalar_type(), at::kFloat);
+  EXPECT_LT(rel_error(got.loss, want.loss), 1e-2);
+  EXPECT_LT(rel_error(got.d_hidden, want.d_hidden), 1e-2);
+  EXPECT_LT(rel_error(got.d_weight, want.d_weight), 1e-2);
 }
 
 }  // namespace
