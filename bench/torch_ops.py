@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The ops of bench/ops_bench.cpp in PyTorch: eager and torch.compile (Inductor's Triton kernels),
 at the same shapes and dtypes, timed the same way (CUDA events, median of --repeats runs after 3
-warm-up runs). Prints CSV `op,impl,pass,ms,gb_per_s` with impl `torch_eager` / `torch_compile`.
+warm-up runs; backward passes through torch.autograd.grad, no accumulation into .grad). Prints CSV `op,impl,pass,ms,gb_per_s` with impl `torch_eager` / `torch_compile`.
 
     python3 bench/torch_ops.py [--repeats 20] [--csv FILE]
 """
@@ -112,7 +112,7 @@ def main():
 
         def fwd_bwd():
             h, out = f(res, x, lw, lb)
-            torch.autograd.backward([out, h], [dy, dres])
+            torch.autograd.grad([out, h], [res, x, lw, lb], [dy, dres])
 
         row("residual_layernorm", impl, "fwd", time_ms(fwd, args.repeats), n * 14)
         row("residual_layernorm", impl, "fwd+bwd", time_ms(fwd_bwd, args.repeats), n * 28)
@@ -133,7 +133,7 @@ def main():
                 f(xg, bg)
 
         def fwd_bwd():
-            f(xg, bg).backward(dyg)
+            torch.autograd.grad(f(xg, bg), [xg, bg], dyg)
 
         row("bias_gelu", impl, "fwd", time_ms(fwd, args.repeats), n * 4)
         row("bias_gelu", impl, "fwd+bwd", time_ms(fwd_bwd, args.repeats), n * 10)
