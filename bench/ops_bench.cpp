@@ -167,15 +167,16 @@ void bench_classifier(Out& out, int repeats) {
   out.row("head+loss", "brrr", "fwd+bwd", time_ms([&] { head(true); }, repeats, no_grads), 0);
   // lm_head_loss: the same head, its forward kernel leaving the unscaled gradient in the logits,
   // the backward scaling the matmuls' outputs (the GPT step's path).
-  out.row("head+loss", "brrr_one_pass", "fwd+bwd", time_ms([&] {
-            brrr::lm_head_loss(y, w, targets).backward();
-          }, repeats, no_grads),
-          0);
+  out.row("head+loss", "brrr_one_pass", "fwd+bwd",
+          time_ms([&] { brrr::lm_head_loss(y, w, targets).backward(); }, repeats, no_grads), 0);
   // That forward kernel alone: reads each row, reads it again (L2) and writes the gradient.
-  out.row("classifier", "brrr_fwd_grad", "fwd", time_ms([&] {
-            brrr::detail::fused_classifier_forward_grad_cuda(logits, targets,
-                                                             brrr::kIgnoreIndex);
-          }, repeats, refresh),
+  out.row("classifier", "brrr_fwd_grad", "fwd",
+          time_ms(
+              [&] {
+                brrr::detail::fused_classifier_forward_grad_cuda(logits, targets,
+                                                                 brrr::kIgnoreIndex);
+              },
+              repeats, refresh),
           2 * logits_bytes);
 }
 
@@ -247,8 +248,7 @@ void bench_bias_grad(Out& out, int repeats) {
             bytes);
     // A device-to-device copy of the same bytes: what a pass over this little data can reach.
     at::Tensor copy = at::empty_like(g);
-    out.row(op.c_str(), "copy_graph", "bwd", graph_ms([&] { copy.copy_(g); }, repeats),
-            2 * bytes);
+    out.row(op.c_str(), "copy_graph", "bwd", graph_ms([&] { copy.copy_(g); }, repeats), 2 * bytes);
   }
 }
 
@@ -266,8 +266,7 @@ void bench_image_input(Out& out, int repeats) {
   out.row("image_input", "brrr", "fwd",
           time_ms([&] { brrr::image_input(x, scale, shift, at::kBFloat16, cl); }, repeats), bytes);
   out.row("image_input", "brrr_graph", "fwd",
-          graph_ms([&] { brrr::image_input(x, scale, shift, at::kBFloat16, cl); }, repeats),
-          bytes);
+          graph_ms([&] { brrr::image_input(x, scale, shift, at::kBFloat16, cl); }, repeats), bytes);
 }
 
 }  // namespace

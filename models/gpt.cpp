@@ -103,9 +103,9 @@ at::Tensor Gpt::final_hidden(const at::Tensor& input) {
         options_.block_size, c10::toString(input.scalar_type()), fmt::join(input.sizes(), ", ")));
   }
   const int64_t T = input.size(1);
-  const at::Tensor pos = at::arange(T, input.options().dtype(at::kLong));       // (T,)
-  const at::Tensor tok = wte_->forward(input);                                  // (B, T, C)
-  const at::Tensor pos_emb = wpe_->forward(pos);                                // (T, C)
+  const at::Tensor pos = at::arange(T, input.options().dtype(at::kLong));  // (T,)
+  const at::Tensor tok = wte_->forward(input);                             // (B, T, C)
+  const at::Tensor pos_emb = wpe_->forward(pos);                           // (T, C)
   if (fused_) return forward_fused(tok, pos_emb);
   at::Tensor x = at::dropout(tok + pos_emb, options_.dropout, is_training());
   for (const auto& block : *h_) x = block->as<detail::GptBlockImpl>()->forward(x);  // (B, T, C)

@@ -25,8 +25,7 @@ void check_targets(const at::Tensor& targets, int64_t rows, const at::Device& de
   if (targets.scalar_type() != at::kLong || targets.dim() != 1 || targets.size(0) != rows ||
       targets.device() != device) {
     throw DataError(fmt::format("{}: targets must be int64 ({},) on {} for {}, got {} [{}] on {}",
-                                op, rows, device.str(), input,
-                                c10::toString(targets.scalar_type()),
+                                op, rows, device.str(), input, c10::toString(targets.scalar_type()),
                                 fmt::join(targets.sizes(), ", "), targets.device().str()));
   }
 }
@@ -65,9 +64,9 @@ void check_head_args(const at::Tensor& hidden, const at::Tensor& weight,
         "lm_head_loss: expected hidden (N, C) and weight (V, C), V > 0, of one dtype among "
         "float32, float64, bfloat16, float16 on one device, got hidden {} [{}] on {}, weight {} "
         "[{}] on {}",
-        c10::toString(hidden.scalar_type()), fmt::join(hidden.sizes(), ", "),
-        hidden.device().str(), c10::toString(weight.scalar_type()),
-        fmt::join(weight.sizes(), ", "), weight.device().str()));
+        c10::toString(hidden.scalar_type()), fmt::join(hidden.sizes(), ", "), hidden.device().str(),
+        c10::toString(weight.scalar_type()), fmt::join(weight.sizes(), ", "),
+        weight.device().str()));
   }
   check_targets(targets, hidden.size(0), hidden.device(), "lm_head_loss",
                 fmt::format("hidden [{}]", fmt::join(hidden.sizes(), ", ")));

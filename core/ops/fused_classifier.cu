@@ -59,6 +59,18 @@ struct RowSplit {
   }
 };
 
+// Loads this thread's batch of the row's body: vectors v0, v0 + blockDim.x, ... (kUnroll of
+// them, those that exist), every load issued before any is used.
+template <typename T>
+__device__ __forceinline__ void load_batch(const T* __restrict__ p, const RowSplit<T>& s,
+                                           int64_t v0, Vec<T, kVec16<T>> (&x)[kUnroll]) {
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const int64_t v = v0 + u * blockDim.x;
+    if (v < s.nvec) x[u] = load_vec<T, kVec16<T>>(p + s.head + v * kVec16<T>);
+  }
+}
+
 // p[i] = f(i, p[i]) for every element of the row (f returns the accumulator type, rounded once
 // to T here): the unaligned head and tail element by element, the body in block-strided 16-byte
 // vectors, kUnroll loads in flight before the first is used.
@@ -72,11 +84,7 @@ __device__ __forceinline__ void transform_row(T* __restrict__ p, int64_t n, F&& 
   }
   for (int64_t v0 = threadIdx.x; v0 < s.nvec; v0 += kUnroll * blockDim.x) {
     Vec<T, kV> x[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t v = v0 + u * blockDim.x;
-      if (v < s.nvec) x[u] = load_vec<T, kV>(p + s.head + v * kV);
-    }
+    load_batch(p, s, v0, x);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t v = v0 + u * blockDim.x;
@@ -136,7 +144,9 @@ struct MaxSum {
     m = mm;
   }
   // log-sum-exp in base 2: log2(sum of exp(x)) = m log2 e + log2(s).
-  __device__ acc_t lse2() const { return m * kLog2e<acc_t> + log2(s); }
+  __device__ acc_t lse2() const {
+    return m * kLog2e<acc_t> + log2(s);
+  }
 };
 
 // This thread's (m, s) over its share of a row of n elements at p (the split and the batching of
@@ -154,11 +164,7 @@ __device__ __forceinline__ MaxSum<acc_type<T>> thread_max_sum(const T* __restric
   for (int64_t i = threadIdx.x; i < split.head; i += blockDim.x) add_one(i);
   for (int64_t v0 = threadIdx.x; v0 < split.nvec; v0 += kUnroll * blockDim.x) {
     Vec<T, kV> raw[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t v = v0 + u * blockDim.x;
-      if (v < split.nvec) raw[u] = load_vec<T, kV>(p + split.head + v * kV);
-    }
+    load_batch(p, split, v0, raw);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       if (v0 + u * blockDim.x >= split.nvec) break;
@@ -380,14 +386,14 @@ void scale_cuda_(const at::Tensor& t, const at::Tensor& scale) {
     const bool vec = is_aligned(t.data_ptr(), 16);
     const int64_t items = vec ? n / kV + 1 : n;  // + 1: the tail's threads
     const auto sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-    const auto grid = static_cast<unsigned>(
-        std::min<int64_t>((items + kBlock - 1) / kBlock, int64_t{sms} * 16));
+    const auto grid =
+        static_cast<unsigned>(std::min<int64_t>((items + kBlock - 1) / kBlock, int64_t{sms} * 16));
     if (vec) {
-      scale_kernel<scalar_t, kV><<<grid, kBlock, 0, stream>>>(t.data_ptr<scalar_t>(), n,
-                                                              scale.data_ptr<acc_t>());
+      scale_kernel<scalar_t, kV>
+          <<<grid, kBlock, 0, stream>>>(t.data_ptr<scalar_t>(), n, scale.data_ptr<acc_t>());
     } else {
-      scale_kernel<scalar_t, 1><<<grid, kBlock, 0, stream>>>(t.data_ptr<scalar_t>(), n,
-                                                             scale.data_ptr<acc_t>());
+      scale_kernel<scalar_t, 1>
+          <<<grid, kBlock, 0, stream>>>(t.data_ptr<scalar_t>(), n, scale.data_ptr<acc_t>());
     }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });

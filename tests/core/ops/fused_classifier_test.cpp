@@ -343,13 +343,11 @@ TEST(LmHeadLossTest, BadArgumentsNameWhatIsWrong) {
   });
   EXPECT_TRUE(has(shapes, "lm_head_loss: expected hidden (N, C) and weight (V, C)")) << shapes;
   EXPECT_TRUE(has(shapes, "got hidden Float [4, 3] on cpu, weight Float [6, 5] on cpu")) << shapes;
-  EXPECT_TRUE(has(test::data_error_message([&] {
-                    lm_head_loss(hidden, weight.to(at::kDouble), targets);
-                  }),
-                  "weight Double [6, 3]"));
-  EXPECT_TRUE(has(test::data_error_message([&] {
-                    lm_head_loss(hidden.to(at::kInt), weight.to(at::kInt), targets);
-                  }),
+  EXPECT_TRUE(
+      has(test::data_error_message([&] { lm_head_loss(hidden, weight.to(at::kDouble), targets); }),
+          "weight Double [6, 3]"));
+  EXPECT_TRUE(has(test::data_error_message(
+                      [&] { lm_head_loss(hidden.to(at::kInt), weight.to(at::kInt), targets); }),
                   "got hidden Int [4, 3]"));
   EXPECT_TRUE(has(test::data_error_message([&] {
                     detail::lm_head_loss_function(hidden, weight, at::zeros({3}, at::kLong));
@@ -442,13 +440,15 @@ TEST(LmHeadLossCudaTest, MatchesTheReference) {
       {1, 8, 5}, {3, 64, 1000}, {37, 96, 50257}, {130, 768, 50304}};
   for (const auto& [rows, channels, vocab] : shapes) {
     for (at::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
-      SCOPED_TRACE(::testing::Message() << "N " << rows << " C " << channels << " V " << vocab
-                                        << " " << dtype);
+      SCOPED_TRACE(::testing::Message()
+                   << "N " << rows << " C " << channels << " V " << vocab << " " << dtype);
       const at::Tensor hidden = at::randn({rows, channels}, cuda).to(dtype);
       const at::Tensor weight =
           (at::randn({vocab, channels}, cuda) * (2.0 / std::sqrt(channels))).to(dtype);
       const at::Tensor targets = make_targets(rows, vocab, cuda);
-      test::poison({{{rows, vocab}, dtype}, {{rows}, at::kFloat}, {{rows, channels}, dtype},
+      test::poison({{{rows, vocab}, dtype},
+                    {{rows}, at::kFloat},
+                    {{rows, channels}, dtype},
                     {{vocab, channels}, dtype}},
                    cuda.device());
       const HeadResult got = head_loss_and_grads(kHeadFunction, hidden, weight, targets, 1.3);
@@ -530,10 +530,8 @@ TEST(LmHeadLossCudaTest, CastsAsAutocastAndGivesFloatWeightGradients) {
     at::autocast::clear_cache();
     return r;
   };
-  const HeadResult got = under_autocast(
-      [](const at::Tensor& h, const at::Tensor& w, const at::Tensor& t) {
-        return lm_head_loss(h, w, t);
-      });
+  const HeadResult got = under_autocast([](const at::Tensor& h, const at::Tensor& w,
+                                           const at::Tensor& t) { return lm_head_loss(h, w, t); });
   const HeadResult want = under_autocast(kHeadReference);
   EXPECT_EQ(got.d_weight.scalar_type(), at::kFloat);
   EXPECT_EQ(got.d_hidden.scalar_type(), at::kFloat);
