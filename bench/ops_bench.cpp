@@ -235,6 +235,34 @@ void bench_bias_gelu(Out& out, int repeats) {
   }
 }
 
+// The alternative for bias + GELU: c_fc's GEMM with cuBLASLt's bias + GELU(tanh) epilogue
+// (at::_addmm_activation, use_gelu), against brrr's path (the GEMM without bias, then
+// bias_gelu), at c_fc's shapes: (N, C) x (4C, C)^T. ATen differentiates _addmm_activation with
+// composite ops (gelu_backward, the two GEMMs, a bias sum): no DGELU_BGRAD epilogue.
+void bench_fc_epilogue(Out& out, int repeats) {
+  const at::Tensor x = randn({kRows, kC}, at::kBFloat16).requires_grad_(true);
+  const at::Tensor w = randn({4 * kC, kC}, at::kBFloat16).requires_grad_(true);
+  const at::Tensor b16 = randn({4 * kC}, at::kBFloat16).requires_grad_(true);
+  const at::Tensor b32 = b16.detach().to(at::kFloat).requires_grad_(true);
+  const at::Tensor dy = randn({kRows, 4 * kC}, at::kBFloat16);
+  auto epilogue = [&](bool backward) {
+    const at::Tensor y = at::_addmm_activation(b16, x, w.t(), 1, 1, /*use_gelu=*/true);
+    if (backward) torch::autograd::grad({y}, {x, w, b16}, {dy});
+  };
+  auto fused = [&](bool backward) {
+    const at::Tensor y = brrr::bias_gelu(at::mm(x, w.t()), b32);
+    if (backward) torch::autograd::grad({y}, {x, w, b32}, {dy});
+  };
+  for (const bool bwd : {false, true}) {
+    const char* pass = bwd ? "fwd+bwd" : "fwd";
+    out.row("fc_bias_gelu", "cublaslt_epilogue", pass, time_ms([&] { epilogue(bwd); }, repeats), 0);
+    out.row("fc_bias_gelu", "brrr", pass, time_ms([&] { fused(bwd); }, repeats), 0);
+    out.row("fc_bias_gelu", "cublaslt_epilogue_graph", pass,
+            graph_ms([&] { epilogue(bwd); }, repeats), 0);
+    out.row("fc_bias_gelu", "brrr_graph", pass, graph_ms([&] { fused(bwd); }, repeats), 0);
+  }
+}
+
 // A linear's bias gradient: the column sums of d y, (N, C) bf16 -> (C,), for GPT-2's two widths.
 void bench_bias_grad(Out& out, int repeats) {
   for (const int64_t cols : {kC, 3 * kC}) {
@@ -295,6 +323,7 @@ int main(int argc, char** argv) {
     bench_classifier(out, repeats);
     bench_residual_layernorm(out, repeats);
     bench_bias_gelu(out, repeats);
+    bench_fc_epilogue(out, repeats);
     bench_bias_grad(out, repeats);
     bench_image_input(out, repeats);
     if (out.file) std::fclose(out.file);
