@@ -375,6 +375,12 @@ at::Tensor fused_classifier_forward_grad_cuda(const at::Tensor& logits, const at
 }
 
 void scale_cuda_(const at::Tensor& t, const at::Tensor& scale) {
+  if (!t.is_contiguous() || scale.dim() != 0 || scale.device() != t.device() ||
+      scale.scalar_type() != at::toOpMathType(t.scalar_type())) {
+    throw Error(
+        "scale_cuda_: expected a contiguous tensor and a 0-dim scale of its accumulator "
+        "type on its device");
+  }
   const c10::cuda::CUDAGuard guard(t.device());
   const int64_t n = t.numel();
   if (n == 0) return;
