@@ -95,6 +95,11 @@ at::Tensor Gpt::language_model_loss(const at::Tensor& input, const at::Tensor& t
                       kIgnoreIndex, /*hidden_is_scratch=*/true);
 }
 
+std::vector<std::string> Gpt::fused_ops() const {
+  if (!fused_) return {};
+  return {"residual_layernorm", "linear_bias", "bias_gelu", "lm_head_loss"};
+}
+
 at::Tensor Gpt::final_hidden(const at::Tensor& input) {
   if (input.dim() != 2 || !at::isIntegralType(input.scalar_type(), /*includeBool=*/false) ||
       input.size(1) > options_.block_size) {

@@ -39,6 +39,8 @@ class Gpt : public Model {
   at::Tensor language_model_loss(const at::Tensor& input, const at::Tensor& targets,
                                  bool fused) override;
   Task task() const override { return Task::kLanguageModel; }
+  /// With fused(): residual_layernorm, linear_bias, bias_gelu, lm_head_loss.
+  std::vector<std::string> fused_ops() const override;
   /// Per sequence of block_size tokens: (6 N + 12 n_layer n_embd block_size) * block_size, N the
   /// parameters that do matmul work (all but wpe, and but wte when it is not the head).
   double flops_per_example() const override;

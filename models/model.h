@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace brrr {
 
@@ -31,6 +32,9 @@ class Model : public torch::nn::Module {
   /// in float32 + nll_loss. A model whose output head can fold into the loss overrides it.
   virtual at::Tensor language_model_loss(const at::Tensor& input, const at::Tensor& targets,
                                          bool fused);
+  /// The brrr::ops (core/ops) that forward() and language_model_loss() run when fused, in step
+  /// order; empty for a model without fused ops (its loss then takes ops::fused_classifier).
+  virtual std::vector<std::string> fused_ops() const { return {}; }
   /// The input/output contract of forward().
   virtual Task task() const = 0;
   /// Estimated FLOPs of one forward + backward pass of one example (one sequence of block_size

@@ -443,7 +443,9 @@ std::string Trainer::ops_plan() const {
       device_.is_cuda() && detail::image_input_cuda_built() ? "CUDA kernel" : "ATen reference";
   std::vector<std::string> parts;
   if (model_->task() == Task::kLanguageModel) {
-    parts.push_back(fmt::format("classifier {}", fused ? path : "unfused ATen"));
+    const std::vector<std::string> ops = fused ? model_->fused_ops() : std::vector<std::string>{};
+    for (const std::string& op : ops) parts.push_back(fmt::format("{} {}", op, path));
+    if (ops.empty()) parts.push_back(fmt::format("classifier {}", fused ? path : "unfused ATen"));
     const at::ScalarType compute = autocast_dtype(precision_).value_or(at::kFloat);
     parts.push_back(fmt::format(
         "attention {}", to_string(resolve_attention_backend(

@@ -378,6 +378,25 @@ std::vector<double> gpt_losses(ExperimentConfig config, const std::string& fused
   return train_losses(trainer);
 }
 
+// --dry-run's ops line names each fused op of the GPT and the path it takes (the ATen references
+// on the CPU), and the unfused composition with model.fused: false.
+TEST(TrainerTest, PlanNamesTheOpsPathOfTheGpt) {
+  ExperimentConfig c = gpt_config(temp_dir("gpt_plan"), "cpu", 20);
+  c.model.fused = "auto";
+  TokenTrainer fused(c);
+  const std::string fused_plan = fused.plan();
+  EXPECT_NE(fused_plan.find("ops         residual_layernorm ATen reference, linear_bias ATen "
+                            "reference, bias_gelu ATen reference, lm_head_loss ATen reference, "
+                            "attention "),
+            std::string::npos)
+      << fused_plan;
+  c.model.fused = "false";
+  TokenTrainer plain(c);
+  const std::string plain_plan = plain.plan();
+  EXPECT_NE(plain_plan.find("ops         classifier unfused ATen, attention "), std::string::npos)
+      << plain_plan;
+}
+
 // The fused path trains the same model as the unfused one: on the CPU (ATen references of the
 // fused ops) the losses agree to float32 rounding.
 TEST(TrainerTest, FusedGptTrainsLikeTheUnfusedPathOnCpu) {
