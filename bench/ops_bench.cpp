@@ -248,10 +248,11 @@ void bench_bias_gelu(Out& out, int repeats) {
 // epilogue: m x n output, inner size k; A is stored k x m (trans_a = T) or m x k (N); B k x n.
 // `bias` is the epilogue's bias vector (m,) (its gradient for the BGRAD epilogues), `aux` its
 // (m x n, ld m) auxiliary matrix (GELU's input). Descriptors are made per call (host work only,
-// so the call can be captured in a CUDA graph).
-void lt_gemm(cublasOperation_t trans_a, const at::Tensor& a, const at::Tensor& b, at::Tensor& d,
-             int64_t m, int64_t n, int64_t k, cublasLtEpilogue_t epilogue, void* bias, void* aux,
-             at::Tensor& workspace) {
+// so the call can be captured in a CUDA graph). Runs the `algo`-th of cuBLASLt's heuristic's
+// candidates (0: its first choice, what a plain caller gets) and returns how many it offered.
+int lt_gemm(cublasOperation_t trans_a, const at::Tensor& a, const at::Tensor& b, at::Tensor& d,
+            int64_t m, int64_t n, int64_t k, cublasLtEpilogue_t epilogue, void* bias, void* aux,
+            at::Tensor& workspace, int algo = 0) {
   auto check = [](cublasStatus_t status, const char* what) {
     if (status != CUBLAS_STATUS_SUCCESS) {
       throw std::runtime_error(
@@ -292,11 +293,14 @@ void lt_gemm(cublasOperation_t trans_a, const at::Tensor& a, const at::Tensor& b
   check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                              &ws_bytes, sizeof(ws_bytes)),
         "MAX_WORKSPACE_BYTES");
-  cublasLtMatmulHeuristicResult_t result{};
+  constexpr int kCandidates = 8;
+  cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
   int found = 0;
-  check(cublasLtMatmulAlgoGetHeuristic(handle, desc, la, lb, ld, ld, pref, 1, &result, &found),
+  check(cublasLtMatmulAlgoGetHeuristic(handle, desc, la, lb, ld, ld, pref, kCandidates, results,
+                                       &found),
         "AlgoGetHeuristic");
-  if (found == 0) throw std::runtime_error("cuBLASLt: no algorithm for this epilogue");
+  if (algo >= found) throw std::runtime_error("cuBLASLt: no such algorithm for this epilogue");
+  const cublasLtMatmulHeuristicResult_t& result = results[algo];
   const float alpha = 1, beta = 0;
   check(cublasLtMatmul(handle, desc, &alpha, a.data_ptr(), la, b.data_ptr(), lb, &beta,
                        d.data_ptr(), ld, d.data_ptr(), ld, &result.algo, workspace.data_ptr(),
@@ -307,6 +311,7 @@ void lt_gemm(cublasOperation_t trans_a, const at::Tensor& a, const at::Tensor& b
   cublasLtMatrixLayoutDestroy(lb);
   cublasLtMatrixLayoutDestroy(la);
   cublasLtMatmulDescDestroy(desc);
+  return found;
 }
 
 // The MLP's first GEMM with its bias and GELU, and the backward of the GELU and the bias (with the
@@ -317,7 +322,9 @@ void lt_gemm(cublasOperation_t trans_a, const at::Tensor& a, const at::Tensor& b
 //             bwd  d pre, d b1 = d out W2 with the DGELU_BGRAD epilogue (reads aux)
 // The GEMMs both paths share (d W1, d x, d W2) are left out. Also ATen's at::_addmm_activation
 // (the GELU_BIAS epilogue without aux: no backward can use it, so forward only), for the aux's
-// cost. The two paths' results are compared first (bf16 tolerance): both must compute the same.
+// cost. cuBLASLt runs its heuristic's first choice (`cublaslt`), then the fastest of its up to 8
+// candidates (`cublaslt_fastest_graph`). The two paths' results are compared first (bf16
+// tolerance), with either choice: both must compute the same.
 void bench_mlp_gelu(Out& out, int repeats) {
   const int64_t n = kRows, c = kC, dd = 4 * kC;
   const at::Tensor x = randn({n, c}, at::kBFloat16);
@@ -341,36 +348,37 @@ void bench_mlp_gelu(Out& out, int repeats) {
   at::Tensor lt_a = at::empty({n, dd}, x.options());
   at::Tensor aux = at::empty_like(lt_a), lt_d_pre = at::empty_like(lt_a);
   at::Tensor lt_d_b1 = at::empty_like(b1);
+  int fwd_algo = 0, bwd_algo = 0;  // the heuristic's first choice, then the fastest candidate
   auto lt_fwd = [&] {
-    lt_gemm(CUBLAS_OP_T, w1, x, lt_a, dd, n, c, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, b1.data_ptr(),
-            aux.data_ptr(), workspace);
+    return lt_gemm(CUBLAS_OP_T, w1, x, lt_a, dd, n, c, CUBLASLT_EPILOGUE_GELU_AUX_BIAS,
+                   b1.data_ptr(), aux.data_ptr(), workspace, fwd_algo);
   };
   auto lt_bwd = [&] {
-    lt_gemm(CUBLAS_OP_N, w2, d_out, lt_d_pre, dd, n, c, CUBLASLT_EPILOGUE_DGELU_BGRAD,
-            lt_d_b1.data_ptr(), aux.data_ptr(), workspace);
+    return lt_gemm(CUBLAS_OP_N, w2, d_out, lt_d_pre, dd, n, c, CUBLASLT_EPILOGUE_DGELU_BGRAD,
+                   lt_d_b1.data_ptr(), aux.data_ptr(), workspace, bwd_algo);
   };
   // Same results (poisoned first), within bf16 rounding of each path's intermediate roundings.
-  lt_a.fill_(NAN);
-  aux.fill_(NAN);
-  lt_d_pre.fill_(NAN);
-  lt_d_b1.fill_(NAN);
-  brrr_fwd();
-  brrr_bwd();
-  lt_fwd();
-  lt_bwd();
-  auto rel = [](const at::Tensor& got, const at::Tensor& want) {
-    return (got.to(at::kFloat) - want.to(at::kFloat)).abs().max().item<double>() /
-           want.to(at::kFloat).abs().max().item<double>();
+  auto check_same = [&] {
+    for (at::Tensor* t : {&lt_a, &aux, &lt_d_pre, &lt_d_b1}) t->fill_(NAN);
+    brrr_fwd();
+    brrr_bwd();
+    lt_fwd();
+    lt_bwd();
+    auto rel = [](const at::Tensor& got, const at::Tensor& want) {
+      return (got.to(at::kFloat) - want.to(at::kFloat)).abs().max().item<double>() /
+             want.to(at::kFloat).abs().max().item<double>();
+    };
+    const double e_a = rel(lt_a, a), e_aux = rel(aux, pre.to(at::kFloat) + b1.to(at::kFloat));
+    const double e_d = rel(lt_d_pre, d_pre), e_b = rel(lt_d_b1, d_b1);
+    std::fprintf(stderr,
+                 "mlp_gelu: cublaslt (candidates %d, %d) vs brrr, max |diff| / max |brrr|: a "
+                 "%.2e, aux %.2e, d pre %.2e, d b1 %.2e\n",
+                 fwd_algo, bwd_algo, e_a, e_aux, e_d, e_b);
+    if (!(e_a < 2e-2 && e_aux < 2e-2 && e_d < 2e-2 && e_b < 2e-2)) {
+      throw std::runtime_error("mlp_gelu: the cuBLASLt epilogues do not compute what brrr does");
+    }
   };
-  const double e_a = rel(lt_a, a), e_aux = rel(aux, pre.to(at::kFloat) + b1.to(at::kFloat));
-  const double e_d = rel(lt_d_pre, d_pre), e_b = rel(lt_d_b1, d_b1);
-  std::fprintf(stderr,
-               "mlp_gelu: cublaslt vs brrr, max |diff| / max |brrr|: a %.2e, aux %.2e, d pre "
-               "%.2e, d b1 %.2e\n",
-               e_a, e_aux, e_d, e_b);
-  if (!(e_a < 2e-2 && e_aux < 2e-2 && e_d < 2e-2 && e_b < 2e-2)) {
-    throw std::runtime_error("mlp_gelu: the cuBLASLt epilogues do not compute what brrr does");
-  }
+  check_same();
   auto aten_fwd = [&] { at::_addmm_activation(b1, x, w1.t(), 1, 1, /*use_gelu=*/true); };
   out.row("mlp_gelu", "aten_gelu_bias_no_aux_graph", "fwd", graph_ms(aten_fwd, repeats), 0);
   const std::vector<std::pair<const char*, std::function<void()>>> passes = {
@@ -388,6 +396,33 @@ void bench_mlp_gelu(Out& out, int repeats) {
     out.row("mlp_gelu", "cublaslt", pass, time_ms(lt_passes[i], repeats), 0);
     out.row("mlp_gelu", "brrr_graph", pass, graph_ms(passes[i].second, repeats), 0);
     out.row("mlp_gelu", "cublaslt_graph", pass, graph_ms(lt_passes[i], repeats), 0);
+  }
+  // The fastest of the heuristic's candidates for each epilogue (graph replays; not every
+  // candidate is valid for these shapes: one that fails is skipped), then both passes with them.
+  auto fastest = [&](int& algo, const std::function<int()>& run) {
+    const int candidates = run();
+    double best = 1e30;
+    int best_algo = 0;
+    for (int i = 0; i < candidates; ++i) {
+      algo = i;
+      try {  // eagerly first: a candidate these shapes reject fails here, not inside a capture
+        run();
+      } catch (const std::exception&) {
+        continue;
+      }
+      const double ms = graph_ms([&] { run(); }, repeats);
+      if (ms < best) best = ms, best_algo = i;
+    }
+    algo = best_algo;
+    std::fprintf(stderr, "mlp_gelu: fastest of %d candidates: %d (%.4f ms)\n", candidates,
+                 best_algo, best);
+  };
+  fastest(fwd_algo, lt_fwd);
+  fastest(bwd_algo, lt_bwd);
+  check_same();
+  for (size_t i = 0; i < passes.size(); ++i) {
+    out.row("mlp_gelu", "cublaslt_fastest_graph", passes[i].first, graph_ms(lt_passes[i], repeats),
+            0);
   }
 }
 
