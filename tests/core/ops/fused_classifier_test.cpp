@@ -467,8 +467,12 @@ TEST(LmHeadLossCudaTest, MatchesTheReference) {
           at::one_hot(targets.index({counted}), vocab).to(at::kDouble).to(p.device());
       const double cancel =
           std::max(1.0, p.norm().item<double>() / (p - onehot).norm().item<double>());
+      // The loss is computed from logits in the inputs' dtype (the GEMM's output): the reference
+      // rounds them there too (with N = 1 and V = 5, bf16 logits alone move the loss by ~1%).
+      const at::Tensor want_loss = lm_head_loss_reference(hidden, weight, targets, kIgnoreIndex);
       ASSERT_EQ(got.loss.scalar_type(), at::kFloat);
-      EXPECT_LT(rel_error(got.loss, want.loss), tol);
+      EXPECT_LT(rel_error(got.loss, want_loss), tol);
+      EXPECT_LT(rel_error(got.loss, want.loss), dtype == at::kFloat ? tol : 5e-2);
       EXPECT_LT(rel_error(got.d_hidden, want.d_hidden), tol * cancel) << "cancellation " << cancel;
       EXPECT_LT(rel_error(got.d_weight, want.d_weight), tol * cancel) << "cancellation " << cancel;
     }
