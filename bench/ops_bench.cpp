@@ -23,6 +23,7 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -239,10 +240,6 @@ void bench_bias_gelu(Out& out, int repeats) {
   }
 }
 
-// The alternative for bias + GELU: c_fc's GEMM with cuBLASLt's bias + GELU(tanh) epilogue
-// (at::_addmm_activation, use_gelu), against brrr's path (the GEMM without bias, then
-// bias_gelu), at c_fc's shapes: (N, C) x (4C, C)^T. ATen differentiates _addmm_activation with
-// composite ops (gelu_backward, the two GEMMs, a bias sum): no DGELU_BGRAD epilogue.
 // cuBLASLt matmul D = op(A) B (column-major, as cuBLAS sees row-major tensors: a row-major
 // (r, c) tensor is a column-major c x r matrix), bf16 in and out, float accumulation, with an
 // epilogue: m x n output, inner size k; A is stored k x m (trans_a = T) or m x k (N); B k x n.
@@ -259,58 +256,55 @@ int lt_gemm(cublasOperation_t trans_a, const at::Tensor& a, const at::Tensor& b,
           fmt::format("cuBLASLt {} failed: status {}", what, static_cast<int>(status)));
     }
   };
-  const cublasLtHandle_t handle = at::cuda::getCurrentCUDABlasLtHandle();
-  cublasLtMatmulDesc_t desc = nullptr;
-  check(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "MatmulDescCreate");
-  const cublasOperation_t trans_b = CUBLAS_OP_N;
+  // The descriptors are owned, so they are destroyed on every way out (a candidate these shapes
+  // reject throws).
+  cublasLtMatmulDesc_t raw_desc = nullptr;
+  check(cublasLtMatmulDescCreate(&raw_desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "MatmulDescCreate");
+  const std::unique_ptr<cublasLtMatmulDescOpaque_t, decltype(&cublasLtMatmulDescDestroy)> desc(
+      raw_desc, cublasLtMatmulDescDestroy);
+  auto set = [&](cublasLtMatmulDescAttributes_t attribute, const auto& value, const char* what) {
+    check(cublasLtMatmulDescSetAttribute(desc.get(), attribute, &value, sizeof(value)), what);
+  };
   const int64_t aux_ld = m;
-  check(
-      cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a)),
-      "TRANSA");
-  check(
-      cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b)),
-      "TRANSB");
-  check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
-                                       sizeof(epilogue)),
-        "EPILOGUE");
-  check(
-      cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
-      "BIAS_POINTER");
-  check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
-                                       sizeof(aux)),
-        "AUX_POINTER");
-  check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
-                                       sizeof(aux_ld)),
-        "AUX_LD");
-  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
+  set(CUBLASLT_MATMUL_DESC_TRANSA, trans_a, "TRANSA");
+  set(CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N, "TRANSB");
+  set(CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue, "EPILOGUE");
+  set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias, "BIAS_POINTER");
+  set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux, "AUX_POINTER");
+  set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, aux_ld, "AUX_LD");
+  auto layout = [&](int64_t rows, int64_t cols, const char* what) {  // bf16, column-major
+    cublasLtMatrixLayout_t raw = nullptr;
+    check(cublasLtMatrixLayoutCreate(&raw, CUDA_R_16BF, static_cast<uint64_t>(rows),
+                                     static_cast<uint64_t>(cols), rows),
+          what);
+    return std::unique_ptr<cublasLtMatrixLayoutOpaque_t, decltype(&cublasLtMatrixLayoutDestroy)>(
+        raw, cublasLtMatrixLayoutDestroy);
+  };
   const bool ta = trans_a == CUBLAS_OP_T;
-  check(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, ta ? k : m, ta ? m : k, ta ? k : m), "A");
-  check(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, k, n, k), "B");
-  check(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, m, n, m), "D");
-  cublasLtMatmulPreference_t pref = nullptr;
-  check(cublasLtMatmulPreferenceCreate(&pref), "PreferenceCreate");
+  const auto la = layout(ta ? k : m, ta ? m : k, "A"), lb = layout(k, n, "B");
+  const auto ld = layout(m, n, "D");
+  cublasLtMatmulPreference_t raw_pref = nullptr;
+  check(cublasLtMatmulPreferenceCreate(&raw_pref), "PreferenceCreate");
+  const std::unique_ptr<cublasLtMatmulPreferenceOpaque_t,
+                        decltype(&cublasLtMatmulPreferenceDestroy)>
+      pref(raw_pref, cublasLtMatmulPreferenceDestroy);
   const uint64_t ws_bytes = workspace.nbytes();
-  check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+  check(cublasLtMatmulPreferenceSetAttribute(pref.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                              &ws_bytes, sizeof(ws_bytes)),
         "MAX_WORKSPACE_BYTES");
+  const cublasLtHandle_t handle = at::cuda::getCurrentCUDABlasLtHandle();
   constexpr int kCandidates = 8;
   cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
   int found = 0;
-  check(cublasLtMatmulAlgoGetHeuristic(handle, desc, la, lb, ld, ld, pref, kCandidates, results,
-                                       &found),
+  check(cublasLtMatmulAlgoGetHeuristic(handle, desc.get(), la.get(), lb.get(), ld.get(), ld.get(),
+                                       pref.get(), kCandidates, results, &found),
         "AlgoGetHeuristic");
   if (algo >= found) throw std::runtime_error("cuBLASLt: no such algorithm for this epilogue");
-  const cublasLtMatmulHeuristicResult_t& result = results[algo];
   const float alpha = 1, beta = 0;
-  check(cublasLtMatmul(handle, desc, &alpha, a.data_ptr(), la, b.data_ptr(), lb, &beta,
-                       d.data_ptr(), ld, d.data_ptr(), ld, &result.algo, workspace.data_ptr(),
-                       ws_bytes, at::cuda::getCurrentCUDAStream()),
+  check(cublasLtMatmul(handle, desc.get(), &alpha, a.data_ptr(), la.get(), b.data_ptr(), lb.get(),
+                       &beta, d.data_ptr(), ld.get(), d.data_ptr(), ld.get(), &results[algo].algo,
+                       workspace.data_ptr(), ws_bytes, at::cuda::getCurrentCUDAStream()),
         "Matmul");
-  cublasLtMatmulPreferenceDestroy(pref);
-  cublasLtMatrixLayoutDestroy(ld);
-  cublasLtMatrixLayoutDestroy(lb);
-  cublasLtMatrixLayoutDestroy(la);
-  cublasLtMatmulDescDestroy(desc);
   return found;
 }
 
