@@ -4,7 +4,9 @@
 // written) and the lm-head matmuls (forward, d(input), d(weight)) that the classifier rides on.
 // bench/torch_ops.py times the same ops in PyTorch eager and under torch.compile.
 //
-//   bench_ops_bench [--repeats 20] [--csv FILE]
+//   bench_ops_bench [--repeats 20] [--csv FILE] [--only NAME,...]
+// --only runs those benches alone: ceilings, classifier, residual_layernorm, bias_gelu, bias_grad,
+// image_input, mlp_gelu.
 // Prints CSV `op,impl,pass,ms,gb_per_s`: pass `fwd` or `fwd+bwd`; gb_per_s counts the fewest bytes
 // the op must move (each input read once, each output written once), so it compares with the
 // copy ceiling. An impl ending in `_graph` is the same work captured in a CUDA graph and
@@ -458,13 +460,15 @@ void bench_image_input(Out& out, int repeats) {
 
 int main(int argc, char** argv) {
   int repeats = 20;
-  std::string csv;
+  std::string csv, only;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--repeats")
       repeats = std::atoi(argv[i + 1]);
     else if (flag == "--csv")
       csv = argv[i + 1];
+    else if (flag == "--only")
+      only = "," + std::string(argv[i + 1]) + ",";
   }
   if (!torch::cuda::is_available()) {
     std::fprintf(stderr, "bench_ops_bench: needs a CUDA device\n");
@@ -476,13 +480,19 @@ int main(int argc, char** argv) {
     const std::string header = "op,impl,pass,ms,gb_per_s\n";
     std::fputs(header.c_str(), stdout);
     if (out.file) std::fputs(header.c_str(), out.file);
-    bench_ceilings(out, repeats);
-    bench_classifier(out, repeats);
-    bench_residual_layernorm(out, repeats);
-    bench_bias_gelu(out, repeats);
-    bench_bias_grad(out, repeats);
-    bench_image_input(out, repeats);
-    bench_mlp_gelu(out, repeats);
+    const std::pair<const char*, void (*)(Out&, int)> benches[] = {
+        {"ceilings", bench_ceilings},
+        {"classifier", bench_classifier},
+        {"residual_layernorm", bench_residual_layernorm},
+        {"bias_gelu", bench_bias_gelu},
+        {"bias_grad", bench_bias_grad},
+        {"image_input", bench_image_input},
+        {"mlp_gelu", bench_mlp_gelu}};
+    for (const auto& [name, bench] : benches) {
+      if (only.empty() || only.find("," + std::string(name) + ",") != std::string::npos) {
+        bench(out, repeats);
+      }
+    }
     if (out.file) std::fclose(out.file);
     return 0;
   } catch (const std::exception& e) {

@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "core/ops/bias_gelu.h"
 #include "core/ops/kernel_utils.cuh"
@@ -31,18 +32,47 @@ constexpr int kThreads = 256;
 constexpr int kCols = 32;
 constexpr int kRows = 8;
 
+// gelu_tanh(v) = 0.5 v (1 + tanh(u)), u = sqrt(2/pi) (v + 0.044715 v^3), computed as v * s with
+// s = sigmoid(2u) = 1 / (1 + e), e = exp(-2u): the same function, as 0.5 (1 + tanh(u)) =
+// sigmoid(2u) exactly. In float that is one exp2 and one reciprocal (two MUFU instructions), where
+// tanhf's ~20 instructions made the kernels bound by instruction issue, not memory: ~30
+// instructions an element forward and ~60 backward (PTX of sm_90), 3 G lane instructions for the
+// backward at GPT-2's c_fc, 0.09 ms of issue on an H200 of its 0.118 ms.
+// No cancellation anywhere: s and v * s keep float's relative precision as e grows (e = inf gives
+// s = 0, y = -0 where the exact value is below float's range), and 1 - s is taken as e * s where
+// e < 1 (s near 1).
 template <typename acc_t>
 struct GeluTanh {
   static constexpr acc_t kSqrt2OverPi = acc_t(0.7978845608028654);
   static constexpr acc_t kCubic = acc_t(0.044715);
-  __device__ static acc_t value(acc_t v) {
-    return acc_t(0.5) * v * (acc_t(1) + std::tanh(kSqrt2OverPi * (v + kCubic * v * v * v)));
+  static constexpr acc_t kLog2e = acc_t(1.4426950408889634);
+  // e = exp(-2u) = 2^(v (kA + kB v^2)).
+  static constexpr acc_t kA = acc_t(-2) * kSqrt2OverPi * kLog2e;
+  static constexpr acc_t kB = kA * kCubic;
+
+  __device__ static acc_t exp_neg_2u(acc_t v) {
+    const acc_t a = v * (kA + kB * v * v);
+    if constexpr (std::is_same_v<acc_t, float>) {
+      return exp2f(a);  // MUFU.EX2, 2 ulp
+    } else {
+      return std::exp2(a);
+    }
   }
-  // d/dv of value(v).
+  __device__ static acc_t divide(acc_t num, acc_t den) {
+    if constexpr (std::is_same_v<acc_t, float>) {
+      return __fdividef(num, den);  // MUFU.RCP and a multiply, 2 ulp (0 for den > 2^126)
+    } else {
+      return num / den;
+    }
+  }
+  __device__ static acc_t value(acc_t v) { return divide(v, acc_t(1) + exp_neg_2u(v)); }
+  // d/dv of value(v) = s + v s (1 - s) d(2u)/dv, d(2u)/dv = 2 sqrt(2/pi) (1 + 3 * 0.044715 v^2).
   __device__ static acc_t slope(acc_t v) {
-    const acc_t t = std::tanh(kSqrt2OverPi * (v + kCubic * v * v * v));
-    return acc_t(0.5) * (acc_t(1) + t) + acc_t(0.5) * v * (acc_t(1) - t * t) * kSqrt2OverPi *
-                                             (acc_t(1) + acc_t(3) * kCubic * v * v);
+    const acc_t e = exp_neg_2u(v);
+    const acc_t s = divide(acc_t(1), acc_t(1) + e);
+    const acc_t one_minus_s = e < acc_t(1) ? e * s : acc_t(1) - s;
+    const acc_t du = acc_t(2) * kSqrt2OverPi * (acc_t(1) + acc_t(3) * kCubic * v * v);
+    return s + v * s * one_minus_s * du;
   }
 };
 
