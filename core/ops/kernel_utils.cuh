@@ -108,22 +108,29 @@ __device__ __forceinline__ T warp_sum(T v) {
   return v;
 }
 
-/// The second stage of a two-stage column sum: out[c] = sum over b < nparts of
-/// partial[b * stride + c], for c < ncols, in the order the launch shape fixes.
+/// The second stage of a two-stage column sum: total[c] = sum over b < nparts of
+/// partial[b * stride + c], for c < ncols, in the order the launch shape fixes; written to
+/// out[c] for c < split and to out_hi[c - split] above (two outputs from one launch: a
+/// LayerNorm's dweight and dbias, whose partials lie side by side).
 /// Launch shape: blocks of (kSumCols, kSumLanes) threads, grid ceil(ncols / kSumCols); thread
 /// (tx, ty) adds parts ty, ty + kSumLanes, ... of column blockIdx.x * kSumCols + tx (a warp reads
 /// 32 consecutive columns of one part: coalesced), then the kSumLanes sums are added in order.
+/// 32 lanes a column, each with its loads unrolled: the partials (a few hundred rows, written
+/// just before, in L2) are a chain of dependent-latency round trips otherwise, a few
+/// microseconds for each of a few dozen blocks on an idle GPU.
 constexpr int kSumCols = 32;
-constexpr int kSumLanes = 8;
+constexpr int kSumLanes = 32;
 
 template <typename acc_t, typename out_t>
 __global__ void __launch_bounds__(kSumCols* kSumLanes)
-    sum_partials_kernel(const acc_t* __restrict__ partial, out_t* __restrict__ out, int64_t nparts,
-                        int64_t ncols, int64_t stride) {
+    sum_partials_kernel(const acc_t* __restrict__ partial, out_t* __restrict__ out,
+                        out_t* __restrict__ out_hi, int64_t nparts, int64_t ncols, int64_t stride,
+                        int64_t split) {
   __shared__ acc_t lane_sum[kSumLanes][kSumCols];
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kSumCols + threadIdx.x;
   acc_t t = 0;
   if (c < ncols) {
+#pragma unroll 4
     for (int64_t b = threadIdx.y; b < nparts; b += kSumLanes) t += partial[b * stride + c];
   }
   lane_sum[threadIdx.y][threadIdx.x] = t;
@@ -132,18 +139,24 @@ __global__ void __launch_bounds__(kSumCols* kSumLanes)
     acc_t total = 0;
 #pragma unroll
     for (int l = 0; l < kSumLanes; ++l) total += lane_sum[l][threadIdx.x];
-    out[c] = static_cast<out_t>(total);
+    if (c < split) {
+      out[c] = static_cast<out_t>(total);
+    } else {
+      out_hi[c - split] = static_cast<out_t>(total);
+    }
   }
 }
 
 /// Host side: launches sum_partials_kernel on `stream` (a launch of ceil(ncols / 32) blocks).
+/// out_hi and split: as the kernel; by default every column goes to out.
 template <typename acc_t, typename out_t>
 void launch_sum_partials(const acc_t* partial, out_t* out, int64_t nparts, int64_t ncols,
-                         int64_t stride, cudaStream_t stream) {
+                         int64_t stride, cudaStream_t stream, out_t* out_hi = nullptr,
+                         int64_t split = -1) {
   const dim3 block(kSumCols, kSumLanes);
   const auto grid = static_cast<unsigned>((ncols + kSumCols - 1) / kSumCols);
-  sum_partials_kernel<acc_t, out_t>
-      <<<grid, block, 0, stream>>>(partial, out, nparts, ncols, stride);
+  sum_partials_kernel<acc_t, out_t><<<grid, block, 0, stream>>>(partial, out, out_hi, nparts, ncols,
+                                                                stride, split < 0 ? ncols : split);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
