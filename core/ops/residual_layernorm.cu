@@ -36,10 +36,16 @@ namespace {
 
 constexpr int kFwdWarps = 8;
 constexpr int kBwdMaxWarps = 8;
+// Chunks a lane keeps in registers on the vector path (kPerLane of the kernels), for rows of up
+// to 32 * 8 16-byte chunks: C <= 1024 in float32, 2048 in bf16/fp16. Wider rows take kPerLane 0.
+constexpr int kChunksPerLane = 8;
 
 // T: residual's dtype, X: x's (T, or bf16/fp16 under a float32 residual), out_t: y's, kV:
-// elements per access (kVec16<T>, or 1 on the scalar path).
-template <typename T, typename X, typename out_t, int kV>
+// elements per access (kVec16<T>, or 1 on the scalar path). kPerLane > 0: a lane keeps its
+// chunks j = lane + 32 q, q < kPerLane, in registers (needs C / kV <= 32 kPerLane): the row is read
+// once, all its loads in flight together, and the variance pass and the normalisation run on the
+// registers. kPerLane = 0: any C, each pass re-reads the lane's own writes from the cache.
+template <typename T, typename X, typename out_t, int kV, int kPerLane>
 __global__ void __launch_bounds__(kFwdWarps* kWarpSize)
     ln_forward_kernel(const T* __restrict__ residual,          // (N, C)
                       const X* __restrict__ x,                 // (N, C)
@@ -55,33 +61,22 @@ __global__ void __launch_bounds__(kFwdWarps* kWarpSize)
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kFwdWarps + threadIdx.x / kWarpSize;
   if (row >= rows) return;  // whole warps leave: no barrier below
   const int64_t chunks = channels / kV, off = row * channels;
-  acc_t sum = 0;
-  for (int64_t j = lane; j < chunks; j += kWarpSize) {
-    const Vec<T, kV> r = load_vec<T, kV>(residual + off + j * kV);
-    const Vec<X, kV> v = load_vec<X, kV>(x + off + j * kV);
-    Vec<T, kV> s;
+  // s = residual + x rounded to T: the new residual, whose statistics are what is saved.
+  auto add = [](const Vec<T, kV>& r, const Vec<X, kV>& v, Vec<T, kV>& s, acc_t& sum) {
 #pragma unroll
     for (int k = 0; k < kV; ++k) {
       s.v[k] = static_cast<T>(static_cast<acc_t>(r.v[k]) + static_cast<acc_t>(v.v[k]));
-      sum += static_cast<acc_t>(s.v[k]);  // statistics of the rounded sum, which is what is saved
+      sum += static_cast<acc_t>(s.v[k]);
     }
-    store_vec<T, kV>(h + off + j * kV, s);
-  }
-  const acc_t mean = warp_sum(sum) / static_cast<acc_t>(channels);
-  // Second pass for the variance (exact two-pass, no E[x^2] - mean^2 cancellation). Each lane
-  // re-reads only what it wrote itself, so no barrier is needed.
-  acc_t sq = 0;
-  for (int64_t j = lane; j < chunks; j += kWarpSize) {
-    const Vec<T, kV> s = load_vec<T, kV>(h + off + j * kV);
+  };
+  auto square = [](const Vec<T, kV>& s, acc_t mean, acc_t& sq) {
 #pragma unroll
     for (int k = 0; k < kV; ++k) {
       const acc_t d = static_cast<acc_t>(s.v[k]) - mean;
       sq += d * d;
     }
-  }
-  const acc_t rstd = acc_t(1) / std::sqrt(warp_sum(sq) / static_cast<acc_t>(channels) + eps);
-  for (int64_t j = lane; j < chunks; j += kWarpSize) {
-    const Vec<T, kV> s = load_vec<T, kV>(h + off + j * kV);
+  };
+  auto normalise = [&](const Vec<T, kV>& s, int64_t j, acc_t mean, acc_t rstd) {
     const Vec<acc_t, kV> w = load_vec<acc_t, kV>(weight + j * kV);
     const Vec<acc_t, kV> b = load_vec<acc_t, kV>(bias + j * kV);
     Vec<out_t, kV> o;
@@ -90,6 +85,54 @@ __global__ void __launch_bounds__(kFwdWarps* kWarpSize)
       o.v[k] = static_cast<out_t>((static_cast<acc_t>(s.v[k]) - mean) * rstd * w.v[k] + b.v[k]);
     }
     store_vec<out_t, kV>(y + off + j * kV, o);
+  };
+  acc_t sum = 0, sq = 0, mean, rstd;
+  if constexpr (kPerLane > 0) {
+    Vec<T, kV> s[kPerLane];
+    Vec<X, kV> v[kPerLane];
+#pragma unroll
+    for (int q = 0; q < kPerLane; ++q) {  // every load first: the whole row in flight
+      const int64_t j = lane + q * kWarpSize;
+      if (j < chunks) {
+        s[q] = load_vec<T, kV>(residual + off + j * kV);
+        v[q] = load_vec<X, kV>(x + off + j * kV);
+      }
+    }
+#pragma unroll
+    for (int q = 0; q < kPerLane; ++q) {
+      const int64_t j = lane + q * kWarpSize;
+      if (j < chunks) {
+        add(s[q], v[q], s[q], sum);
+        store_vec<T, kV>(h + off + j * kV, s[q]);
+      }
+    }
+    mean = warp_sum(sum) / static_cast<acc_t>(channels);
+    // Exact two-pass variance (no E[x^2] - mean^2 cancellation), on the registers.
+#pragma unroll
+    for (int q = 0; q < kPerLane; ++q) {
+      if (lane + q * kWarpSize < chunks) square(s[q], mean, sq);
+    }
+    rstd = acc_t(1) / std::sqrt(warp_sum(sq) / static_cast<acc_t>(channels) + eps);
+#pragma unroll
+    for (int q = 0; q < kPerLane; ++q) {
+      const int64_t j = lane + q * kWarpSize;
+      if (j < chunks) normalise(s[q], j, mean, rstd);
+    }
+  } else {
+    for (int64_t j = lane; j < chunks; j += kWarpSize) {
+      Vec<T, kV> s;
+      add(load_vec<T, kV>(residual + off + j * kV), load_vec<X, kV>(x + off + j * kV), s, sum);
+      store_vec<T, kV>(h + off + j * kV, s);
+    }
+    mean = warp_sum(sum) / static_cast<acc_t>(channels);
+    // Each lane re-reads only what it wrote itself, so no barrier is needed.
+    for (int64_t j = lane; j < chunks; j += kWarpSize) {
+      square(load_vec<T, kV>(h + off + j * kV), mean, sq);
+    }
+    rstd = acc_t(1) / std::sqrt(warp_sum(sq) / static_cast<acc_t>(channels) + eps);
+    for (int64_t j = lane; j < chunks; j += kWarpSize) {
+      normalise(load_vec<T, kV>(h + off + j * kV), j, mean, rstd);
+    }
   }
   if (lane == 0) {
     mean_out[row] = mean;
@@ -105,10 +148,12 @@ __device__ __forceinline__ int64_t slot_of(int64_t j, int k) {
   return (j / kWarpSize) * kWarpSize * kV + k * kWarpSize + j % kWarpSize;
 }
 
-// T: residual's dtype, X: x's, out_t: dy's (y's), kV as in the forward. Dynamic shared memory:
+// T: residual's dtype, X: x's, out_t: dy's (y's), kV and kPerLane as in the forward (kPerLane > 0:
+// a lane keeps its chunks of h and dy in registers, all the row's loads of them in flight
+// together, and the second pass reads the registers instead of the cache). Dynamic shared memory:
 // two slices (dweight, dbias sums) of `slice` acc_t per warp. dnew may be null (zero); dx is null
 // when X is T (d_x is then d_residual itself).
-template <typename T, typename X, typename out_t, int kV>
+template <typename T, typename X, typename out_t, int kV, int kPerLane>
 __global__ void __launch_bounds__(kBwdMaxWarps* kWarpSize)
     ln_backward_kernel(const out_t* __restrict__ dy,            // (N, C)
                        const T* __restrict__ dnew,              // (N, C) or null
@@ -137,9 +182,8 @@ __global__ void __launch_bounds__(kBwdMaxWarps* kWarpSize)
     const int64_t off = row * channels;
     const acc_t m = mean[row], r = rstd[row];
     acc_t mean_g = 0, mean_gx = 0;  // sums over the row of g = dy * w and of g * xhat
-    for (int64_t j = lane; j < chunks; j += kWarpSize) {
-      const Vec<T, kV> hv = load_vec<T, kV>(h + off + j * kV);
-      const Vec<out_t, kV> d = load_vec<out_t, kV>(dy + off + j * kV);
+    // Chunk j's share of the row's sums and of the column sums.
+    auto accumulate = [&](const Vec<T, kV>& hv, const Vec<out_t, kV>& d, int64_t j) {
       const Vec<acc_t, kV> w = load_vec<acc_t, kV>(weight + j * kV);
 #pragma unroll
       for (int k = 0; k < kV; ++k) {
@@ -150,12 +194,9 @@ __global__ void __launch_bounds__(kBwdMaxWarps* kWarpSize)
         sum_dw[slot_of<kV>(j, k)] += dk * xhat;
         sum_db[slot_of<kV>(j, k)] += dk;
       }
-    }
-    mean_g = warp_sum(mean_g) * inv_c;
-    mean_gx = warp_sum(mean_gx) * inv_c;
-    for (int64_t j = lane; j < chunks; j += kWarpSize) {  // the row again, from the cache
-      const Vec<T, kV> hv = load_vec<T, kV>(h + off + j * kV);
-      const Vec<out_t, kV> d = load_vec<out_t, kV>(dy + off + j * kV);
+    };
+    // Chunk j's d_residual (and d_x), once the row's sums are known.
+    auto write = [&](const Vec<T, kV>& hv, const Vec<out_t, kV>& d, int64_t j) {
       const Vec<acc_t, kV> w = load_vec<acc_t, kV>(weight + j * kV);
       Vec<T, kV> n;
       if (dnew != nullptr) n = load_vec<T, kV>(dnew + off + j * kV);
@@ -171,6 +212,37 @@ __global__ void __launch_bounds__(kBwdMaxWarps* kWarpSize)
       }
       store_vec<T, kV>(dh + off + j * kV, o);
       if (dx != nullptr) store_vec<X, kV>(dx + off + j * kV, ox);
+    };
+    if constexpr (kPerLane > 0) {
+      Vec<T, kV> hv[kPerLane];
+      Vec<out_t, kV> d[kPerLane];
+#pragma unroll
+      for (int q = 0; q < kPerLane; ++q) {  // every load first: the whole row in flight
+        const int64_t j = lane + q * kWarpSize;
+        if (j < chunks) {
+          hv[q] = load_vec<T, kV>(h + off + j * kV);
+          d[q] = load_vec<out_t, kV>(dy + off + j * kV);
+        }
+      }
+#pragma unroll
+      for (int q = 0; q < kPerLane; ++q) {
+        if (lane + q * kWarpSize < chunks) accumulate(hv[q], d[q], lane + q * kWarpSize);
+      }
+      mean_g = warp_sum(mean_g) * inv_c;
+      mean_gx = warp_sum(mean_gx) * inv_c;
+#pragma unroll
+      for (int q = 0; q < kPerLane; ++q) {
+        if (lane + q * kWarpSize < chunks) write(hv[q], d[q], lane + q * kWarpSize);
+      }
+    } else {
+      for (int64_t j = lane; j < chunks; j += kWarpSize) {
+        accumulate(load_vec<T, kV>(h + off + j * kV), load_vec<out_t, kV>(dy + off + j * kV), j);
+      }
+      mean_g = warp_sum(mean_g) * inv_c;
+      mean_gx = warp_sum(mean_gx) * inv_c;
+      for (int64_t j = lane; j < chunks; j += kWarpSize) {  // the row again, from the cache
+        write(load_vec<T, kV>(h + off + j * kV), load_vec<out_t, kV>(dy + off + j * kV), j);
+      }
     }
   }
   __syncthreads();
@@ -252,11 +324,14 @@ std::vector<at::Tensor> residual_layernorm_forward_cuda(const at::Tensor& residu
               rstd.data_ptr<acc_t>(), rows, channels, static_cast<acc_t>(eps));
           C10_CUDA_KERNEL_LAUNCH_CHECK();
         };
-        if (vector_path<T, X, out_t>(channels, {&residual, &h}, x, y, weight) &&
-            is_aligned(bias.data_ptr(), sizeof(acc_t) * kVec16<T>)) {
-          launch(ln_forward_kernel<T, X, out_t, kVec16<T>>);
+        constexpr int kV = kVec16<T>;
+        if (!vector_path<T, X, out_t>(channels, {&residual, &h}, x, y, weight) ||
+            !is_aligned(bias.data_ptr(), sizeof(acc_t) * kV)) {
+          launch(ln_forward_kernel<T, X, out_t, 1, 0>);
+        } else if (channels / kV <= kWarpSize * kChunksPerLane) {
+          launch(ln_forward_kernel<T, X, out_t, kV, kChunksPerLane>);
         } else {
-          launch(ln_forward_kernel<T, X, out_t, 1>);
+          launch(ln_forward_kernel<T, X, out_t, kV, 0>);
         }
       });
     });
@@ -327,17 +402,19 @@ std::vector<at::Tensor> residual_layernorm_backward_cuda(
                       rstd.data_ptr<acc_t>(), dh.data_ptr<T>(), own_dx ? dx.data_ptr<X>() : nullptr,
                       partial.data_ptr<acc_t>(), rows, channels, slice);
                   C10_CUDA_KERNEL_LAUNCH_CHECK();
-                  const acc_t* p = partial.data_ptr<acc_t>();
-                  launch_sum_partials(p, dweight.data_ptr<acc_t>(), blocks, channels, 2 * channels,
-                                      stream);
-                  launch_sum_partials(p + channels, dbias.data_ptr<acc_t>(), blocks, channels,
-                                      2 * channels, stream);
+                  // dweight and dbias, side by side in each block's row: one launch.
+                  launch_sum_partials(partial.data_ptr<acc_t>(), dweight.data_ptr<acc_t>(), blocks,
+                                      2 * channels, 2 * channels, stream, dbias.data_ptr<acc_t>(),
+                                      channels);
                 };
-                if (vector_path<T, X, out_t>(channels, {&new_residual, &d_new_residual, &dh}, dx,
-                                             dy, weight)) {
-                  launch(ln_backward_kernel<T, X, out_t, kVec16<T>>, kVec16<T>);
+                constexpr int kV = kVec16<T>;
+                if (!vector_path<T, X, out_t>(channels, {&new_residual, &d_new_residual, &dh}, dx,
+                                              dy, weight)) {
+                  launch(ln_backward_kernel<T, X, out_t, 1, 0>, 1);
+                } else if (channels / kV <= kWarpSize * kChunksPerLane) {
+                  launch(ln_backward_kernel<T, X, out_t, kV, kChunksPerLane>, kV);
                 } else {
-                  launch(ln_backward_kernel<T, X, out_t, 1>, 1);
+                  launch(ln_backward_kernel<T, X, out_t, kV, 0>, kV);
                 }
               });
             });

@@ -218,8 +218,11 @@ TEST(ResidualLayerNormCudaTest, KernelsMatchTheReference) {
   ASSERT_TRUE(detail::residual_layernorm_cuda_built());
   SCOPED_TRACE("seed " + std::to_string(test::fresh_seed()));
   const at::Device cuda(at::kCUDA);
+  // C = 1024 (float) and 2048 (bf16/fp16): rows of exactly 8 16-byte chunks a lane, the widest the
+  // kernels keep in registers; 2048 (float) and 4000: wider, read from the cache.
   const std::vector<std::pair<int64_t, int64_t>> shapes = {
-      {1, 768}, {7, 768}, {4097, 768}, {16384, 768}, {33, 1000}, {3001, 1000}, {5, 8}, {2, 4000}};
+      {1, 768},     {7, 768}, {4097, 768}, {16384, 768}, {33, 1000},
+      {3001, 1000}, {5, 8},   {3, 1024},   {2, 2048},    {2, 4000}};
   struct Dtypes {
     at::ScalarType residual, x, out;
   };
