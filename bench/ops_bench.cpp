@@ -217,6 +217,19 @@ void bench_residual_layernorm(Out& out, int repeats) {
     out.row("residual_layernorm", "brrr_graph", pass, graph_ms([&] { fused(bwd); }, repeats),
             bytes);
   }
+  // The forward kernel alone, its row in registers (the op's path at C = 768) and re-read from
+  // the cache (its path for wider rows), the latter what it was before the registers.
+  for (const bool registers : {true, false}) {
+    out.row("residual_layernorm", registers ? "kernel_registers_graph" : "kernel_cache_graph",
+            "fwd",
+            graph_ms(
+                [&] {
+                  brrr::detail::residual_layernorm_forward_cuda(res, x, w, b, 1e-5, at::kBFloat16,
+                                                                registers);
+                },
+                repeats),
+            fwd_bytes);
+  }
 }
 
 void bench_bias_gelu(Out& out, int repeats) {

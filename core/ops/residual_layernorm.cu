@@ -2,8 +2,12 @@
 //
 // Launch shapes:
 //   forward: 8 warps (256 threads) a block, one warp per row, grid ceil(N / 8). A GPT-2 row
-//     (C = 768, 1.5 KB in bf16) is 96 16-byte vectors, 3 per lane: one warp covers a row in a
-//     few loads, and its sums are shuffles, with no shared memory and no block barrier.
+//     (C = 768, 3 KB in float32) is 192 16-byte vectors, 6 per lane: one warp covers a row in a
+//     few loads, and its sums are shuffles, with no shared memory and no block barrier. Rows of
+//     up to 8 vectors a lane stay in registers (102 of them a thread for a float32 residual): all
+//     of a row's loads are in flight at once, and the variance and normalisation passes read the
+//     registers (measured on an H200: 0.048-0.050 ms a GPT-2 layer against 0.054 ms re-reading
+//     the cache, bench/RESULTS.md section 6).
 //   backward: up to 8 warps a block (fewer when C is so large that their shared memory would not
 //     fit), each warp walking the rows warp, warp + all warps, ...; grid = the blocks that are
 //     resident at once (occupancy x SMs), at most one row per warp. Each warp adds dy * xhat and
@@ -11,7 +15,7 @@
 //     races, no atomics); the block then adds its warps' slices in warp order into its row of
 //     partials (grid, 2, C), and sum_partials_kernel adds the rows in order.
 // The kernels are bound by memory: forward reads residual and x and writes new_residual and y
-// (its re-reads of new_residual hit the cache); backward reads new_residual, dy and
+// (on its cache path, re-reading new_residual from the cache); backward reads new_residual, dy and
 // d_new_residual twice (the second time from the cache) and writes d_residual (and d_x when x
 // has its own, narrower dtype: the bf16 branch output under a float32 residual stream).
 #include <ATen/Dispatch.h>
@@ -36,8 +40,8 @@ namespace {
 
 constexpr int kFwdWarps = 8;
 constexpr int kBwdMaxWarps = 8;
-// Chunks a lane keeps in registers on the vector path (kPerLane of the kernels), for rows of up
-// to 32 * 8 16-byte chunks: C <= 1024 in float32, 2048 in bf16/fp16. Wider rows take kPerLane 0.
+// Chunks a lane keeps in registers on the forward's vector path (its kPerLane), for rows of up to
+// 32 * 8 16-byte chunks: C <= 1024 in float32, 2048 in bf16/fp16. Wider rows take kPerLane 0.
 constexpr int kChunksPerLane = 8;
 
 // T: residual's dtype, X: x's (T, or bf16/fp16 under a float32 residual), out_t: y's, kV:
@@ -148,12 +152,13 @@ __device__ __forceinline__ int64_t slot_of(int64_t j, int k) {
   return (j / kWarpSize) * kWarpSize * kV + k * kWarpSize + j % kWarpSize;
 }
 
-// T: residual's dtype, X: x's, out_t: dy's (y's), kV and kPerLane as in the forward (kPerLane > 0:
-// a lane keeps its chunks of h and dy in registers, all the row's loads of them in flight
-// together, and the second pass reads the registers instead of the cache). Dynamic shared memory:
+// T: residual's dtype, X: x's, out_t: dy's (y's), kV as in the forward. Dynamic shared memory:
 // two slices (dweight, dbias sums) of `slice` acc_t per warp. dnew may be null (zero); dx is null
-// when X is T (d_x is then d_residual itself).
-template <typename T, typename X, typename out_t, int kV, int kPerLane>
+// when X is T (d_x is then d_residual itself). The row's second pass re-reads h and dy from the
+// cache: a variant keeping them in registers (as the forward) needed 99 registers, ran 8 warps an
+// SM against 32, and was slower on an H200 (0.067 against 0.063 ms a GPT-2 layer,
+// bench/RESULTS.md section 6).
+template <typename T, typename X, typename out_t, int kV>
 __global__ void __launch_bounds__(kBwdMaxWarps* kWarpSize)
     ln_backward_kernel(const out_t* __restrict__ dy,            // (N, C)
                        const T* __restrict__ dnew,              // (N, C) or null
@@ -213,36 +218,13 @@ __global__ void __launch_bounds__(kBwdMaxWarps* kWarpSize)
       store_vec<T, kV>(dh + off + j * kV, o);
       if (dx != nullptr) store_vec<X, kV>(dx + off + j * kV, ox);
     };
-    if constexpr (kPerLane > 0) {
-      Vec<T, kV> hv[kPerLane];
-      Vec<out_t, kV> d[kPerLane];
-#pragma unroll
-      for (int q = 0; q < kPerLane; ++q) {  // every load first: the whole row in flight
-        const int64_t j = lane + q * kWarpSize;
-        if (j < chunks) {
-          hv[q] = load_vec<T, kV>(h + off + j * kV);
-          d[q] = load_vec<out_t, kV>(dy + off + j * kV);
-        }
-      }
-#pragma unroll
-      for (int q = 0; q < kPerLane; ++q) {
-        if (lane + q * kWarpSize < chunks) accumulate(hv[q], d[q], lane + q * kWarpSize);
-      }
-      mean_g = warp_sum(mean_g) * inv_c;
-      mean_gx = warp_sum(mean_gx) * inv_c;
-#pragma unroll
-      for (int q = 0; q < kPerLane; ++q) {
-        if (lane + q * kWarpSize < chunks) write(hv[q], d[q], lane + q * kWarpSize);
-      }
-    } else {
-      for (int64_t j = lane; j < chunks; j += kWarpSize) {
-        accumulate(load_vec<T, kV>(h + off + j * kV), load_vec<out_t, kV>(dy + off + j * kV), j);
-      }
-      mean_g = warp_sum(mean_g) * inv_c;
-      mean_gx = warp_sum(mean_gx) * inv_c;
-      for (int64_t j = lane; j < chunks; j += kWarpSize) {  // the row again, from the cache
-        write(load_vec<T, kV>(h + off + j * kV), load_vec<out_t, kV>(dy + off + j * kV), j);
-      }
+    for (int64_t j = lane; j < chunks; j += kWarpSize) {
+      accumulate(load_vec<T, kV>(h + off + j * kV), load_vec<out_t, kV>(dy + off + j * kV), j);
+    }
+    mean_g = warp_sum(mean_g) * inv_c;
+    mean_gx = warp_sum(mean_gx) * inv_c;
+    for (int64_t j = lane; j < chunks; j += kWarpSize) {  // the row again, from the cache
+      write(load_vec<T, kV>(h + off + j * kV), load_vec<out_t, kV>(dy + off + j * kV), j);
     }
   }
   __syncthreads();
@@ -296,11 +278,9 @@ void dispatch_x(at::ScalarType x_dtype, F&& f) {
 
 }  // namespace
 
-std::vector<at::Tensor> residual_layernorm_forward_cuda(const at::Tensor& residual,
-                                                        const at::Tensor& x,
-                                                        const at::Tensor& weight,
-                                                        const at::Tensor& bias, double eps,
-                                                        at::ScalarType out_dtype) {
+std::vector<at::Tensor> residual_layernorm_forward_cuda(
+    const at::Tensor& residual, const at::Tensor& x, const at::Tensor& weight,
+    const at::Tensor& bias, double eps, at::ScalarType out_dtype, bool rows_in_registers) {
   const c10::cuda::CUDAGuard guard(residual.device());
   const int64_t rows = residual.size(0), channels = residual.size(1);
   at::Tensor h = at::empty_like(residual);
@@ -328,7 +308,7 @@ std::vector<at::Tensor> residual_layernorm_forward_cuda(const at::Tensor& residu
         if (!vector_path<T, X, out_t>(channels, {&residual, &h}, x, y, weight) ||
             !is_aligned(bias.data_ptr(), sizeof(acc_t) * kV)) {
           launch(ln_forward_kernel<T, X, out_t, 1, 0>);
-        } else if (channels / kV <= kWarpSize * kChunksPerLane) {
+        } else if (rows_in_registers && channels / kV <= kWarpSize * kChunksPerLane) {
           launch(ln_forward_kernel<T, X, out_t, kV, kChunksPerLane>);
         } else {
           launch(ln_forward_kernel<T, X, out_t, kV, 0>);
@@ -410,11 +390,9 @@ std::vector<at::Tensor> residual_layernorm_backward_cuda(
                 constexpr int kV = kVec16<T>;
                 if (!vector_path<T, X, out_t>(channels, {&new_residual, &d_new_residual, &dh}, dx,
                                               dy, weight)) {
-                  launch(ln_backward_kernel<T, X, out_t, 1, 0>, 1);
-                } else if (channels / kV <= kWarpSize * kChunksPerLane) {
-                  launch(ln_backward_kernel<T, X, out_t, kV, kChunksPerLane>, kV);
+                  launch(ln_backward_kernel<T, X, out_t, 1>, 1);
                 } else {
-                  launch(ln_backward_kernel<T, X, out_t, kV, 0>, kV);
+                  launch(ln_backward_kernel<T, X, out_t, kV>, kV);
                 }
               });
             });

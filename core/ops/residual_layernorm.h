@@ -20,7 +20,8 @@
 // by autograd; the CPU path and the tests' oracle) and, for CUDA tensors in a build with CUDA,
 // the autograd Function below with three kernels (residual_layernorm.cu):
 //   forward:  one warp per row: the sum written once, mean and variance in float by two passes
-//             over the row (the second and the output pass re-read the row from cache).
+//             over the row, which stays in registers (rows of up to 1024 float32 or 2048
+//             bf16/fp16 elements; wider rows are re-read from the cache by each pass).
 //   backward: one warp per row: d(residual) = d(x) = d(new_residual) + dLN(dy) in residual's
 //             dtype (one tensor returned for both; a narrower x also gets it rounded to x's
 //             dtype, written by the same pass); each block adds its rows' dy * xhat and dy
@@ -64,12 +65,12 @@ std::tuple<at::Tensor, at::Tensor> residual_layernorm_function(const at::Tensor&
                                                                at::ScalarType out_dtype);
 
 /// Forward kernel's launcher (residual_layernorm.cu); arguments checked and contiguous.
-/// Returns {new_residual, y, mean, rstd}.
-std::vector<at::Tensor> residual_layernorm_forward_cuda(const at::Tensor& residual,
-                                                        const at::Tensor& x,
-                                                        const at::Tensor& weight,
-                                                        const at::Tensor& bias, double eps,
-                                                        at::ScalarType out_dtype);
+/// Returns {new_residual, y, mean, rstd}. rows_in_registers = false takes the kernel's cache path
+/// even where the row fits in registers (tests and the bench compare the two paths, which give
+/// the same bits).
+std::vector<at::Tensor> residual_layernorm_forward_cuda(
+    const at::Tensor& residual, const at::Tensor& x, const at::Tensor& weight,
+    const at::Tensor& bias, double eps, at::ScalarType out_dtype, bool rows_in_registers = true);
 /// Backward kernels' launcher. dy: (N, C) contiguous; d_new_residual: (N, C) contiguous or
 /// undefined (zero); x_dtype: x's dtype. Returns {d_residual, dweight, dbias, d_x}, d_x being
 /// d_residual itself when x_dtype is residual's.

@@ -7,7 +7,7 @@ namespace brrr::detail {
 
 std::vector<at::Tensor> residual_layernorm_forward_cuda(const at::Tensor&, const at::Tensor&,
                                                         const at::Tensor&, const at::Tensor&,
-                                                        double, at::ScalarType) {
+                                                        double, at::ScalarType, bool) {
   throw Error("residual_layernorm: this brrr was built without CUDA");
 }
 

@@ -11,6 +11,8 @@
 #include <torch/cuda.h>
 
 #include <optional>
+#include <tuple>
+#include <vector>
 
 #include "core/error.h"
 #include "tests/core/ops/ops_test_util.h"
@@ -273,6 +275,32 @@ TEST(ResidualLayerNormCudaTest, ParameterGradientsAreRunToRunIdentical) {
   const auto second = run(op, in, dh, dy);
   for (size_t i = 0; i < first.size(); ++i) {
     EXPECT_TRUE(at::equal(first[i], second[i])) << kNames[i];
+  }
+}
+
+// The forward's two ways of walking a row, the registers (rows up to 8 16-byte chunks a lane) and
+// the cache (any row), add and reduce in the same order: the same bits.
+TEST(ResidualLayerNormCudaTest, RegisterAndCachePathsGiveTheSameBits) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  ASSERT_TRUE(detail::residual_layernorm_cuda_built());
+  SCOPED_TRACE("seed " + std::to_string(test::fresh_seed()));
+  for (const auto& [rows, channels, dtype, x_dtype] :
+       std::vector<std::tuple<int64_t, int64_t, at::ScalarType, at::ScalarType>>{
+           {4097, 768, at::kFloat, at::kBFloat16},  // GPT's
+           {33, 1024, at::kFloat, at::kFloat},
+           {65, 2048, at::kBFloat16, at::kBFloat16},
+           {9, 40, at::kHalf, at::kHalf}}) {
+    SCOPED_TRACE(::testing::Message() << "N " << rows << " C " << channels << " " << dtype);
+    const Inputs in = make_inputs(rows, channels, dtype, at::Device(at::kCUDA), x_dtype);
+    test::poison({{{rows, channels}, dtype}, {{rows, channels}, at::kBFloat16}},
+                 in.weight.device());
+    const auto regs = detail::residual_layernorm_forward_cuda(in.residual, in.x, in.weight, in.bias,
+                                                              kEps, at::kBFloat16, true);
+    test::poison({{{rows, channels}, dtype}, {{rows, channels}, at::kBFloat16}},
+                 in.weight.device());
+    const auto cache = detail::residual_layernorm_forward_cuda(in.residual, in.x, in.weight,
+                                                               in.bias, kEps, at::kBFloat16, false);
+    for (size_t i = 0; i < regs.size(); ++i) EXPECT_TRUE(at::equal(regs[i], cache[i])) << i;
   }
 }
 
