@@ -187,8 +187,9 @@ __global__ void __launch_bounds__(kBwdMaxWarps* kWarpSize)
     const int64_t off = row * channels;
     const acc_t m = mean[row], r = rstd[row];
     acc_t mean_g = 0, mean_gx = 0;  // sums over the row of g = dy * w and of g * xhat
-    // Chunk j's share of the row's sums and of the column sums.
-    auto accumulate = [&](const Vec<T, kV>& hv, const Vec<out_t, kV>& d, int64_t j) {
+    for (int64_t j = lane; j < chunks; j += kWarpSize) {
+      const Vec<T, kV> hv = load_vec<T, kV>(h + off + j * kV);
+      const Vec<out_t, kV> d = load_vec<out_t, kV>(dy + off + j * kV);
       const Vec<acc_t, kV> w = load_vec<acc_t, kV>(weight + j * kV);
 #pragma unroll
       for (int k = 0; k < kV; ++k) {
@@ -199,9 +200,12 @@ __global__ void __launch_bounds__(kBwdMaxWarps* kWarpSize)
         sum_dw[slot_of<kV>(j, k)] += dk * xhat;
         sum_db[slot_of<kV>(j, k)] += dk;
       }
-    };
-    // Chunk j's d_residual (and d_x), once the row's sums are known.
-    auto write = [&](const Vec<T, kV>& hv, const Vec<out_t, kV>& d, int64_t j) {
+    }
+    mean_g = warp_sum(mean_g) * inv_c;
+    mean_gx = warp_sum(mean_gx) * inv_c;
+    for (int64_t j = lane; j < chunks; j += kWarpSize) {  // the row again, from the cache
+      const Vec<T, kV> hv = load_vec<T, kV>(h + off + j * kV);
+      const Vec<out_t, kV> d = load_vec<out_t, kV>(dy + off + j * kV);
       const Vec<acc_t, kV> w = load_vec<acc_t, kV>(weight + j * kV);
       Vec<T, kV> n;
       if (dnew != nullptr) n = load_vec<T, kV>(dnew + off + j * kV);
@@ -217,14 +221,6 @@ __global__ void __launch_bounds__(kBwdMaxWarps* kWarpSize)
       }
       store_vec<T, kV>(dh + off + j * kV, o);
       if (dx != nullptr) store_vec<X, kV>(dx + off + j * kV, ox);
-    };
-    for (int64_t j = lane; j < chunks; j += kWarpSize) {
-      accumulate(load_vec<T, kV>(h + off + j * kV), load_vec<out_t, kV>(dy + off + j * kV), j);
-    }
-    mean_g = warp_sum(mean_g) * inv_c;
-    mean_gx = warp_sum(mean_gx) * inv_c;
-    for (int64_t j = lane; j < chunks; j += kWarpSize) {  // the row again, from the cache
-      write(load_vec<T, kV>(h + off + j * kV), load_vec<out_t, kV>(dy + off + j * kV), j);
     }
   }
   __syncthreads();
