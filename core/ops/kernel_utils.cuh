@@ -108,10 +108,19 @@ __device__ __forceinline__ T warp_sum(T v) {
   return v;
 }
 
+/// Where the second stage of a two-stage column sum writes: column c goes to
+/// ptr[c / segment][c % segment], so one launch fills up to three outputs whose partials lie side
+/// by side in each part's row (a LayerNorm's dweight and dbias, and the bias gradient of the
+/// linear before it).
+template <typename out_t>
+struct SumOutputs {
+  out_t* ptr[3];
+  int64_t segment;
+};
+
 /// The second stage of a two-stage column sum: total[c] = sum over b < nparts of
-/// partial[b * stride + c], for c < ncols, in the order the launch shape fixes; written to
-/// out[c] for c < split and to out_hi[c - split] above (two outputs from one launch: a
-/// LayerNorm's dweight and dbias, whose partials lie side by side).
+/// partial[b * stride + c], for c < ncols, in the order the launch shape fixes, written as
+/// SumOutputs says.
 /// Launch shape: blocks of (kSumCols, kSumLanes) threads, grid ceil(ncols / kSumCols); thread
 /// (tx, ty) adds parts ty, ty + kSumLanes, ... of column blockIdx.x * kSumCols + tx (a warp reads
 /// 32 consecutive columns of one part: coalesced), then the kSumLanes sums are added in order.
@@ -123,9 +132,8 @@ constexpr int kSumLanes = 32;
 
 template <typename acc_t, typename out_t>
 __global__ void __launch_bounds__(kSumCols* kSumLanes)
-    sum_partials_kernel(const acc_t* __restrict__ partial, out_t* __restrict__ out,
-                        out_t* __restrict__ out_hi, int64_t nparts, int64_t ncols, int64_t stride,
-                        int64_t split) {
+    sum_partials_kernel(const acc_t* __restrict__ partial, SumOutputs<out_t> outs, int64_t nparts,
+                        int64_t ncols, int64_t stride) {
   __shared__ acc_t lane_sum[kSumLanes][kSumCols];
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kSumCols + threadIdx.x;
   acc_t t = 0;
@@ -139,25 +147,29 @@ __global__ void __launch_bounds__(kSumCols* kSumLanes)
     acc_t total = 0;
 #pragma unroll
     for (int l = 0; l < kSumLanes; ++l) total += lane_sum[l][threadIdx.x];
-    if (c < split) {
-      out[c] = static_cast<out_t>(total);
-    } else {
-      out_hi[c - split] = static_cast<out_t>(total);
-    }
+    const int64_t s = c / outs.segment;
+    outs.ptr[s][c - s * outs.segment] = static_cast<out_t>(total);
   }
 }
 
-/// Host side: launches sum_partials_kernel on `stream` (a launch of ceil(ncols / 32) blocks).
-/// out_hi and split: as the kernel; by default every column goes to out.
+/// Host side: launches sum_partials_kernel on `stream` (a launch of ceil(ncols / 32) blocks),
+/// ncols = outs.segment times the number of outputs.
 template <typename acc_t, typename out_t>
-void launch_sum_partials(const acc_t* partial, out_t* out, int64_t nparts, int64_t ncols,
-                         int64_t stride, cudaStream_t stream, out_t* out_hi = nullptr,
-                         int64_t split = -1) {
+void launch_sum_partials(const acc_t* partial, SumOutputs<out_t> outs, int64_t nparts,
+                         int64_t ncols, int64_t stride, cudaStream_t stream) {
   const dim3 block(kSumCols, kSumLanes);
   const auto grid = static_cast<unsigned>((ncols + kSumCols - 1) / kSumCols);
-  sum_partials_kernel<acc_t, out_t><<<grid, block, 0, stream>>>(partial, out, out_hi, nparts, ncols,
-                                                                stride, split < 0 ? ncols : split);
+  sum_partials_kernel<acc_t, out_t>
+      <<<grid, block, 0, stream>>>(partial, outs, nparts, ncols, stride);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+/// The same into one output of ncols columns.
+template <typename acc_t, typename out_t>
+void launch_sum_partials(const acc_t* partial, out_t* out, int64_t nparts, int64_t ncols,
+                         int64_t stride, cudaStream_t stream) {
+  launch_sum_partials(partial, SumOutputs<out_t>{{out, nullptr, nullptr}, ncols}, nparts, ncols,
+                      stride, stream);
 }
 
 /// Host side: whether p is aligned to `bytes` (a vector path's precondition).

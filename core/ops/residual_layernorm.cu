@@ -13,7 +13,8 @@
 //     resident at once (occupancy x SMs), at most one row per warp. Each warp adds dy * xhat and
 //     dy of its rows into its own slice of shared memory, each column owned by one lane (no
 //     races, no atomics); the block then adds its warps' slices in warp order into its row of
-//     partials (grid, 2, C), and sum_partials_kernel adds the rows in order.
+//     partials (grid, 2, C), and sum_partials_kernel adds the rows in order. With x_bias, a third
+//     slice sums d(x) for x_bias's gradient: partials (grid, 3, C), three outputs of one launch.
 // The kernels are bound by memory: forward reads residual and x and writes new_residual and y
 // (on its cache path, re-reading new_residual from the cache); backward reads new_residual, dy and
 // d_new_residual twice (the second time from the cache) and writes d_residual (and d_x when x
@@ -55,6 +56,7 @@ __global__ void __launch_bounds__(kFwdWarps* kWarpSize)
                       const X* __restrict__ x,                 // (N, C)
                       const acc_type<T>* __restrict__ weight,  // (C,)
                       const acc_type<T>* __restrict__ bias,    // (C,)
+                      const acc_type<T>* __restrict__ x_bias,  // (C,) or null
                       T* __restrict__ h,                       // (N, C) new residual
                       out_t* __restrict__ y,                   // (N, C)
                       acc_type<T>* __restrict__ mean_out,      // (N,)
@@ -65,11 +67,16 @@ __global__ void __launch_bounds__(kFwdWarps* kWarpSize)
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kFwdWarps + threadIdx.x / kWarpSize;
   if (row >= rows) return;  // whole warps leave: no barrier below
   const int64_t chunks = channels / kV, off = row * channels;
-  // s = residual + x rounded to T: the new residual, whose statistics are what is saved.
-  auto add = [](const Vec<T, kV>& r, const Vec<X, kV>& v, Vec<T, kV>& s, acc_t& sum) {
+  // s = residual + (x + x_bias) rounded to T: the new residual, whose statistics are what is
+  // saved. Chunk j's x_bias is read with it (from the cache: C floats for all rows).
+  auto add = [&](const Vec<T, kV>& r, const Vec<X, kV>& v, int64_t j, Vec<T, kV>& s, acc_t& sum) {
+    Vec<acc_t, kV> b;
+    if (x_bias != nullptr) b = load_vec<acc_t, kV>(x_bias + j * kV);
 #pragma unroll
     for (int k = 0; k < kV; ++k) {
-      s.v[k] = static_cast<T>(static_cast<acc_t>(r.v[k]) + static_cast<acc_t>(v.v[k]));
+      acc_t xv = static_cast<acc_t>(v.v[k]);
+      if (x_bias != nullptr) xv += b.v[k];
+      s.v[k] = static_cast<T>(static_cast<acc_t>(r.v[k]) + xv);
       sum += static_cast<acc_t>(s.v[k]);
     }
   };
@@ -106,7 +113,7 @@ __global__ void __launch_bounds__(kFwdWarps* kWarpSize)
     for (int q = 0; q < kPerLane; ++q) {
       const int64_t j = lane + q * kWarpSize;
       if (j < chunks) {
-        add(s[q], v[q], s[q], sum);
+        add(s[q], v[q], j, s[q], sum);
         store_vec<T, kV>(h + off + j * kV, s[q]);
       }
     }
@@ -125,7 +132,7 @@ __global__ void __launch_bounds__(kFwdWarps* kWarpSize)
   } else {
     for (int64_t j = lane; j < chunks; j += kWarpSize) {
       Vec<T, kV> s;
-      add(load_vec<T, kV>(residual + off + j * kV), load_vec<X, kV>(x + off + j * kV), s, sum);
+      add(load_vec<T, kV>(residual + off + j * kV), load_vec<X, kV>(x + off + j * kV), j, s, sum);
       store_vec<T, kV>(h + off + j * kV, s);
     }
     mean = warp_sum(sum) / static_cast<acc_t>(channels);
@@ -153,8 +160,9 @@ __device__ __forceinline__ int64_t slot_of(int64_t j, int k) {
 }
 
 // T: residual's dtype, X: x's, out_t: dy's (y's), kV as in the forward. Dynamic shared memory:
-// two slices (dweight, dbias sums) of `slice` acc_t per warp. dnew may be null (zero); dx is null
-// when X is T (d_x is then d_residual itself). The row's second pass re-reads h and dy from the
+// `sums` slices (dweight, dbias, and with 3 x_bias's gradient: d(x) before its rounding to X) of
+// `slice` acc_t per warp. dnew may be null (zero); dx is null when X is T (d_x is then d_residual
+// itself). The row's second pass re-reads h and dy from the
 // cache: a variant keeping them in registers (as the forward) needed 99 registers, ran 8 warps an
 // SM against 32, and was slower on an H200 (0.067 against 0.063 ms a GPT-2 layer,
 // bench/RESULTS.md section 6).
@@ -168,18 +176,23 @@ __global__ void __launch_bounds__(kBwdMaxWarps* kWarpSize)
                        const acc_type<T>* __restrict__ rstd,    // (N,)
                        T* __restrict__ dh,                      // (N, C) d_residual
                        X* __restrict__ dx,                      // (N, C) d_x, or null
-                       acc_type<T>* __restrict__ partial,       // (gridDim.x, 2, C)
-                       int64_t rows, int64_t channels, int64_t slice) {
+                       acc_type<T>* __restrict__ partial,       // (gridDim.x, sums, C)
+                       int64_t rows, int64_t channels, int64_t slice, int sums) {
   using acc_t = acc_type<T>;
   extern __shared__ __align__(16) unsigned char smem[];
   const int warps = blockDim.x / kWarpSize;
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  acc_t* const sum_dw = reinterpret_cast<acc_t*>(smem) + warp * 2 * slice;  // this warp's
+  acc_t* const sum_dw = reinterpret_cast<acc_t*>(smem) + warp * sums * slice;  // this warp's
   acc_t* const sum_db = sum_dw + slice;
+  acc_t* const sum_dx = sum_db + slice;  // used when sums == 3
+  const bool x_bias_grad = sums == 3;
   const int64_t chunks = channels / kV;
   for (int64_t j = lane; j < chunks; j += kWarpSize) {
 #pragma unroll
-    for (int k = 0; k < kV; ++k) sum_dw[slot_of<kV>(j, k)] = sum_db[slot_of<kV>(j, k)] = 0;
+    for (int k = 0; k < kV; ++k) {
+      sum_dw[slot_of<kV>(j, k)] = sum_db[slot_of<kV>(j, k)] = 0;
+      if (x_bias_grad) sum_dx[slot_of<kV>(j, k)] = 0;
+    }
   }
   const acc_t inv_c = acc_t(1) / static_cast<acc_t>(channels);
   for (int64_t row = static_cast<int64_t>(blockIdx.x) * warps + warp; row < rows;
@@ -218,6 +231,7 @@ __global__ void __launch_bounds__(kBwdMaxWarps* kWarpSize)
         if (dnew != nullptr) v += static_cast<acc_t>(n.v[k]);
         o.v[k] = static_cast<T>(v);
         ox.v[k] = static_cast<X>(o.v[k]);  // as autograd's cast of d_residual to x's dtype
+        if (x_bias_grad) sum_dx[slot_of<kV>(j, k)] += static_cast<acc_t>(o.v[k]);
       }
       store_vec<T, kV>(dh + off + j * kV, o);
       if (dx != nullptr) store_vec<X, kV>(dx + off + j * kV, ox);
@@ -226,13 +240,13 @@ __global__ void __launch_bounds__(kBwdMaxWarps* kWarpSize)
   __syncthreads();
   // The block's sums, warp by warp in order, written by column: slot i holds column j * kV + k.
   const acc_t* const all = reinterpret_cast<const acc_t*>(smem);
-  acc_t* const out = partial + static_cast<int64_t>(blockIdx.x) * 2 * channels;
-  for (int64_t i = threadIdx.x; i < 2 * slice; i += blockDim.x) {
-    const int64_t which = i / slice, s = i % slice;  // 0: dweight, 1: dbias
+  acc_t* const out = partial + static_cast<int64_t>(blockIdx.x) * sums * channels;
+  for (int64_t i = threadIdx.x; i < sums * slice; i += blockDim.x) {
+    const int64_t which = i / slice, s = i % slice;  // 0: dweight, 1: dbias, 2: d x_bias
     const int64_t j = (s / (kWarpSize * kV)) * kWarpSize + s % kWarpSize;
     if (j >= chunks) continue;  // padding of the last group of 32 chunks
     acc_t t = 0;
-    for (int w = 0; w < warps; ++w) t += all[w * 2 * slice + i];
+    for (int w = 0; w < warps; ++w) t += all[w * sums * slice + i];
     out[which * channels + j * kV + (s / kWarpSize) % kV] = t;
   }
 }
@@ -276,7 +290,8 @@ void dispatch_x(at::ScalarType x_dtype, F&& f) {
 
 std::vector<at::Tensor> residual_layernorm_forward_cuda(
     const at::Tensor& residual, const at::Tensor& x, const at::Tensor& weight,
-    const at::Tensor& bias, double eps, at::ScalarType out_dtype, bool rows_in_registers) {
+    const at::Tensor& bias, double eps, at::ScalarType out_dtype, const at::Tensor& x_bias,
+    bool rows_in_registers) {
   const c10::cuda::CUDAGuard guard(residual.device());
   const int64_t rows = residual.size(0), channels = residual.size(1);
   at::Tensor h = at::empty_like(residual);
@@ -296,13 +311,15 @@ std::vector<at::Tensor> residual_layernorm_forward_cuda(
         auto launch = [&](auto kernel) {
           kernel<<<blocks, kFwdWarps * kWarpSize, 0, stream>>>(
               residual.data_ptr<T>(), x.data_ptr<X>(), weight.data_ptr<acc_t>(),
-              bias.data_ptr<acc_t>(), h.data_ptr<T>(), y.data_ptr<out_t>(), mean.data_ptr<acc_t>(),
-              rstd.data_ptr<acc_t>(), rows, channels, static_cast<acc_t>(eps));
+              bias.data_ptr<acc_t>(), x_bias.defined() ? x_bias.data_ptr<acc_t>() : nullptr,
+              h.data_ptr<T>(), y.data_ptr<out_t>(), mean.data_ptr<acc_t>(), rstd.data_ptr<acc_t>(),
+              rows, channels, static_cast<acc_t>(eps));
           C10_CUDA_KERNEL_LAUNCH_CHECK();
         };
         constexpr int kV = kVec16<T>;
         if (!vector_path<T, X, out_t>(channels, {&residual, &h}, x, y, weight) ||
-            !is_aligned(bias.data_ptr(), sizeof(acc_t) * kV)) {
+            !is_aligned(bias.data_ptr(), sizeof(acc_t) * kV) ||
+            (x_bias.defined() && !is_aligned(x_bias.data_ptr(), sizeof(acc_t) * kV))) {
           launch(ln_forward_kernel<T, X, out_t, 1, 0>);
         } else if (rows_in_registers && channels / kV <= kWarpSize * kChunksPerLane) {
           launch(ln_forward_kernel<T, X, out_t, kV, kChunksPerLane>);
@@ -317,17 +334,19 @@ std::vector<at::Tensor> residual_layernorm_forward_cuda(
 
 namespace {
 
-// Warps per backward block: kBwdMaxWarps, halved until their shared memory fits the device.
-int backward_warps(int64_t channels, size_t slice_bytes) {
+// Warps per backward block: kBwdMaxWarps, halved until their shared memory (sums slices each)
+// fits the device.
+int backward_warps(int64_t channels, size_t slice_bytes, int sums) {
   const auto limit =
       static_cast<size_t>(at::cuda::getCurrentDeviceProperties()->sharedMemPerBlockOptin);
   int warps = kBwdMaxWarps;
-  while (warps > 0 && warps * 2 * slice_bytes > limit) warps /= 2;
+  while (warps > 0 && warps * sums * slice_bytes > limit) warps /= 2;
   if (warps == 0) {
     // std::to_string: nvcc cannot evaluate fmt's compile-time format checks.
     throw DataError("residual_layernorm: C = " + std::to_string(channels) +
-                    " is too large for the backward kernel (2 C sums per warp must fit in " +
-                    std::to_string(limit) + " bytes of shared memory)");
+                    " is too large for the backward kernel (" + std::to_string(sums) +
+                    " C sums per warp must fit in " + std::to_string(limit) +
+                    " bytes of shared memory)");
   }
   return warps;
 }
@@ -337,7 +356,7 @@ int backward_warps(int64_t channels, size_t slice_bytes) {
 std::vector<at::Tensor> residual_layernorm_backward_cuda(
     const at::Tensor& dy, const at::Tensor& d_new_residual, const at::Tensor& new_residual,
     const at::Tensor& weight, const at::Tensor& mean, const at::Tensor& rstd,
-    at::ScalarType x_dtype) {
+    at::ScalarType x_dtype, bool x_bias_grad) {
   const c10::cuda::CUDAGuard guard(dy.device());
   const int64_t rows = new_residual.size(0), channels = new_residual.size(1);
   at::Tensor dh = at::empty_like(new_residual);
@@ -346,7 +365,12 @@ std::vector<at::Tensor> residual_layernorm_backward_cuda(
   const bool own_dx = x_dtype != new_residual.scalar_type();
   at::Tensor dx = own_dx ? at::empty_like(new_residual, new_residual.options().dtype(x_dtype)) : dh;
   at::Tensor dweight = at::empty_like(weight), dbias = at::empty_like(weight);
-  if (rows == 0) return {dh, dweight.zero_(), dbias.zero_(), dx};
+  at::Tensor dx_bias = x_bias_grad ? at::empty_like(weight) : at::Tensor();
+  const int sums = x_bias_grad ? 3 : 2;
+  if (rows == 0) {
+    if (x_bias_grad) dx_bias.zero_();
+    return {dh, dweight.zero_(), dbias.zero_(), dx, dx_bias};
+  }
   const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(
@@ -361,8 +385,8 @@ std::vector<at::Tensor> residual_layernorm_backward_cuda(
                 auto launch = [&](auto kernel, int vec) {
                   const int64_t slice =
                       (channels / vec + kWarpSize - 1) / kWarpSize * kWarpSize * vec;
-                  const int warps = backward_warps(channels, slice * sizeof(acc_t));
-                  const size_t smem = static_cast<size_t>(warps) * 2 * slice * sizeof(acc_t);
+                  const int warps = backward_warps(channels, slice * sizeof(acc_t), sums);
+                  const size_t smem = static_cast<size_t>(warps) * sums * slice * sizeof(acc_t);
                   C10_CUDA_CHECK(cudaFuncSetAttribute(
                       kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
                   int per_sm = 0;
@@ -370,18 +394,20 @@ std::vector<at::Tensor> residual_layernorm_backward_cuda(
                       &per_sm, kernel, warps * kWarpSize, smem));
                   const int64_t blocks = std::min<int64_t>((rows + warps - 1) / warps,
                                                            int64_t{std::max(per_sm, 1)} * sms);
-                  at::Tensor partial = at::empty({blocks, 2, channels}, weight.options());
+                  at::Tensor partial = at::empty({blocks, sums, channels}, weight.options());
                   kernel<<<static_cast<unsigned>(blocks), warps * kWarpSize, smem, stream>>>(
                       dy.data_ptr<out_t>(),
                       d_new_residual.defined() ? d_new_residual.data_ptr<T>() : nullptr,
                       new_residual.data_ptr<T>(), weight.data_ptr<acc_t>(), mean.data_ptr<acc_t>(),
                       rstd.data_ptr<acc_t>(), dh.data_ptr<T>(), own_dx ? dx.data_ptr<X>() : nullptr,
-                      partial.data_ptr<acc_t>(), rows, channels, slice);
+                      partial.data_ptr<acc_t>(), rows, channels, slice, sums);
                   C10_CUDA_KERNEL_LAUNCH_CHECK();
-                  // dweight and dbias, side by side in each block's row: one launch.
-                  launch_sum_partials(partial.data_ptr<acc_t>(), dweight.data_ptr<acc_t>(), blocks,
-                                      2 * channels, 2 * channels, stream, dbias.data_ptr<acc_t>(),
-                                      channels);
+                  // dweight, dbias (and d x_bias), side by side in each block's row: one launch.
+                  const SumOutputs<acc_t> outs{{dweight.data_ptr<acc_t>(), dbias.data_ptr<acc_t>(),
+                                                x_bias_grad ? dx_bias.data_ptr<acc_t>() : nullptr},
+                                               channels};
+                  launch_sum_partials(partial.data_ptr<acc_t>(), outs, blocks, sums * channels,
+                                      sums * channels, stream);
                 };
                 constexpr int kV = kVec16<T>;
                 if (!vector_path<T, X, out_t>(channels, {&new_residual, &d_new_residual, &dh}, dx,
@@ -393,7 +419,7 @@ std::vector<at::Tensor> residual_layernorm_backward_cuda(
               });
             });
       });
-  return {dh, dweight, dbias, dx};
+  return {dh, dweight, dbias, dx, dx_bias};
 }
 
 bool residual_layernorm_cuda_built() {

@@ -10,8 +10,12 @@
 //   bias:     (C,) weight's dtype: LayerNorm's beta
 //   eps:      added to the variance, as in torch.nn.LayerNorm
 //   out_dtype: y's dtype (bf16 for the next matmul under mixed precision, float32, ...)
+//   x_bias:   (C,) weight's dtype, or undefined: the bias of the linear whose output x is, left
+//             out of that linear's GEMM and added here (new_residual = residual + (x + x_bias) in
+//             float), so its gradient, the column sum of d(x), comes from the backward's own pass
+//             over d(x) instead of a separate reduction kernel reading it again
 //   returns {new_residual, y}:
-//     new_residual: (N, C) residual's dtype, residual + x rounded once to that dtype
+//     new_residual: (N, C) residual's dtype, residual + x (+ x_bias) rounded once to that dtype
 //     y:            (N, C) out_dtype, (new_residual - mean) * rstd * weight + bias, the statistics
 //                   in float over the rounded new_residual, the biased variance as LayerNorm's
 // Non-contiguous residual/x are made contiguous first (a copy).
@@ -26,7 +30,9 @@
 //             dtype (one tensor returned for both; a narrower x also gets it rounded to x's
 //             dtype, written by the same pass); each block adds its rows' dy * xhat and dy
 //             into per-block partial sums in float, and a second small kernel sums the blocks'
-//             partials in a fixed order into dweight and dbias (deterministic: no atomics).
+//             partials in a fixed order into dweight and dbias (deterministic: no atomics);
+//             with x_bias, the same pass and the same launch sum d(x) in float (d residual
+//             before any rounding to x's dtype) into d(x_bias).
 // Saved for backward: new_residual, weight, mean (N,) and rstd (N,) in float (float64 for
 // float64 activations). An unused output's gradient counts as zero. No double backward.
 // Autocast does not see this op (a custom Function): it runs in the dtypes given.
@@ -45,24 +51,21 @@ namespace brrr {
 std::tuple<at::Tensor, at::Tensor> residual_layernorm(const at::Tensor& residual,
                                                       const at::Tensor& x, const at::Tensor& weight,
                                                       const at::Tensor& bias, double eps,
-                                                      at::ScalarType out_dtype);
+                                                      at::ScalarType out_dtype,
+                                                      const at::Tensor& x_bias = {});
 
 /// The reference: ATen ops on any device, differentiated by autograd.
-std::tuple<at::Tensor, at::Tensor> residual_layernorm_reference(const at::Tensor& residual,
-                                                                const at::Tensor& x,
-                                                                const at::Tensor& weight,
-                                                                const at::Tensor& bias, double eps,
-                                                                at::ScalarType out_dtype);
+std::tuple<at::Tensor, at::Tensor> residual_layernorm_reference(
+    const at::Tensor& residual, const at::Tensor& x, const at::Tensor& weight,
+    const at::Tensor& bias, double eps, at::ScalarType out_dtype, const at::Tensor& x_bias = {});
 
 namespace detail {
 /// The autograd Function on any device: the kernels for CUDA tensors, and on the CPU the same
 /// stages written in ATen ops (the backward's formula included), so its plumbing and its
 /// gradient formula are tested without a GPU. Arguments as residual_layernorm.
-std::tuple<at::Tensor, at::Tensor> residual_layernorm_function(const at::Tensor& residual,
-                                                               const at::Tensor& x,
-                                                               const at::Tensor& weight,
-                                                               const at::Tensor& bias, double eps,
-                                                               at::ScalarType out_dtype);
+std::tuple<at::Tensor, at::Tensor> residual_layernorm_function(
+    const at::Tensor& residual, const at::Tensor& x, const at::Tensor& weight,
+    const at::Tensor& bias, double eps, at::ScalarType out_dtype, const at::Tensor& x_bias = {});
 
 /// Forward kernel's launcher (residual_layernorm.cu); arguments checked and contiguous.
 /// Returns {new_residual, y, mean, rstd}. rows_in_registers = false takes the kernel's cache path
@@ -70,14 +73,15 @@ std::tuple<at::Tensor, at::Tensor> residual_layernorm_function(const at::Tensor&
 /// the same bits).
 std::vector<at::Tensor> residual_layernorm_forward_cuda(
     const at::Tensor& residual, const at::Tensor& x, const at::Tensor& weight,
-    const at::Tensor& bias, double eps, at::ScalarType out_dtype, bool rows_in_registers = true);
+    const at::Tensor& bias, double eps, at::ScalarType out_dtype, const at::Tensor& x_bias = {},
+    bool rows_in_registers = true);
 /// Backward kernels' launcher. dy: (N, C) contiguous; d_new_residual: (N, C) contiguous or
-/// undefined (zero); x_dtype: x's dtype. Returns {d_residual, dweight, dbias, d_x}, d_x being
-/// d_residual itself when x_dtype is residual's.
+/// undefined (zero); x_dtype: x's dtype. Returns {d_residual, dweight, dbias, d_x, d_x_bias},
+/// d_x being d_residual itself when x_dtype is residual's, d_x_bias undefined unless x_bias_grad.
 std::vector<at::Tensor> residual_layernorm_backward_cuda(
     const at::Tensor& dy, const at::Tensor& d_new_residual, const at::Tensor& new_residual,
     const at::Tensor& weight, const at::Tensor& mean, const at::Tensor& rstd,
-    at::ScalarType x_dtype);
+    at::ScalarType x_dtype, bool x_bias_grad = false);
 /// Whether this build has the CUDA kernels.
 bool residual_layernorm_cuda_built();
 }  // namespace detail

@@ -7,14 +7,15 @@ namespace brrr::detail {
 
 std::vector<at::Tensor> residual_layernorm_forward_cuda(const at::Tensor&, const at::Tensor&,
                                                         const at::Tensor&, const at::Tensor&,
-                                                        double, at::ScalarType, bool) {
+                                                        double, at::ScalarType, const at::Tensor&,
+                                                        bool) {
   throw Error("residual_layernorm: this brrr was built without CUDA");
 }
 
 std::vector<at::Tensor> residual_layernorm_backward_cuda(const at::Tensor&, const at::Tensor&,
                                                          const at::Tensor&, const at::Tensor&,
                                                          const at::Tensor&, const at::Tensor&,
-                                                         at::ScalarType) {
+                                                         at::ScalarType, bool) {
   throw Error("residual_layernorm: this brrr was built without CUDA");
 }
 

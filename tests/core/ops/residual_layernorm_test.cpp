@@ -1,7 +1,8 @@
 // residual_layernorm: the reference and the autograd Function's CPU stages against the unfused
 // ATen composition (add, then layer_norm) and against finite differences, unused outputs,
-// errors; on CUDA the kernels against the reference on fresh random inputs, C = 768 and 1000,
-// odd N, misaligned rows, mixed dtypes, and run-to-run identical dweight/dbias.
+// errors, each with and without x_bias (the branch linear's bias, added by the op); on CUDA the
+// kernels against the reference on fresh random inputs, C = 768 and 1000, odd N, misaligned rows,
+// mixed dtypes, and run-to-run identical parameter gradients.
 #include "core/ops/residual_layernorm.h"
 
 #include <ATen/ATen.h>
@@ -24,91 +25,115 @@ using test::rel_error;
 constexpr double kEps = 1e-5;
 
 struct Inputs {
-  at::Tensor residual, x, weight, bias;
+  at::Tensor residual, x, weight, bias, x_bias;  // x_bias may be undefined
 };
 
-// x in x_dtype (residual's dtype when left out).
+// x in x_dtype (residual's dtype when left out); x_bias with with_x_bias.
 Inputs make_inputs(int64_t rows, int64_t channels, at::ScalarType dtype, at::Device device,
-                   std::optional<at::ScalarType> x_dtype = std::nullopt) {
+                   std::optional<at::ScalarType> x_dtype = std::nullopt, bool with_x_bias = false) {
   const auto f = at::TensorOptions().device(device).dtype(at::toOpMathType(dtype));
   // An offset mean, so the variance pass is tested against cancellation.
   return {(at::randn({rows, channels}, f) + 3).to(dtype),
           at::randn({rows, channels}, f).to(x_dtype.value_or(dtype)),
-          at::randn({channels}, f) * 0.5 + 1, at::randn({channels}, f) * 0.1};
+          at::randn({channels}, f) * 0.5 + 1, at::randn({channels}, f) * 0.1,
+          with_x_bias ? at::randn({channels}, f) : at::Tensor()};
+}
+
+at::Tensor leaf_of(const at::Tensor& t) {
+  return t.defined() ? t.clone().requires_grad_(true) : t;
 }
 
 using Op = std::function<std::tuple<at::Tensor, at::Tensor>(const Inputs&)>;
 
 // Outputs and gradients of `op` for the loss sum(h * dh) + sum(y * dy): {h, y, d residual, d x,
-// d weight, d bias}. With use_h (use_y) false, that output does not enter the loss.
+// d weight, d bias, d x_bias (undefined without x_bias)}. With use_h (use_y) false, that output
+// does not enter the loss.
 std::vector<at::Tensor> run(const Op& op, const Inputs& in, const at::Tensor& dh,
                             const at::Tensor& dy, bool use_h = true, bool use_y = true) {
-  Inputs leaf{in.residual.clone().requires_grad_(true), in.x.clone().requires_grad_(true),
-              in.weight.clone().requires_grad_(true), in.bias.clone().requires_grad_(true)};
+  Inputs leaf{leaf_of(in.residual), leaf_of(in.x), leaf_of(in.weight), leaf_of(in.bias),
+              leaf_of(in.x_bias)};
   const auto [h, y] = op(leaf);
   at::Tensor loss = at::zeros({}, h.options().dtype(at::kDouble));
   if (use_h) loss = loss + (h.to(at::kDouble) * dh.to(at::kDouble)).sum();
   if (use_y) loss = loss + (y.to(at::kDouble) * dy.to(at::kDouble)).sum();
   loss.backward();
-  return {h.detach(),    y.detach(),         leaf.residual.grad(),
-          leaf.x.grad(), leaf.weight.grad(), leaf.bias.grad()};
+  return {h.detach(),
+          y.detach(),
+          leaf.residual.grad(),
+          leaf.x.grad(),
+          leaf.weight.grad(),
+          leaf.bias.grad(),
+          leaf.x_bias.defined() ? leaf.x_bias.grad() : at::Tensor()};
 }
 
 Op function_op(at::ScalarType out) {
   return [out](const Inputs& i) {
-    return detail::residual_layernorm_function(i.residual, i.x, i.weight, i.bias, kEps, out);
+    return detail::residual_layernorm_function(i.residual, i.x, i.weight, i.bias, kEps, out,
+                                               i.x_bias);
   };
 }
 Op reference_op(at::ScalarType out) {
   return [out](const Inputs& i) {
-    return residual_layernorm_reference(i.residual, i.x, i.weight, i.bias, kEps, out);
+    return residual_layernorm_reference(i.residual, i.x, i.weight, i.bias, kEps, out, i.x_bias);
   };
+}
+// The branch's output as its linear gives it (x + x_bias, promoting), added to the stream.
+at::Tensor branch(const Inputs& i) {
+  return i.x_bias.defined() ? i.x + i.x_bias : i.x;
 }
 Op unfused_op() {
   return [](const Inputs& i) {
-    const at::Tensor h = i.residual + i.x;
+    const at::Tensor h = i.residual + branch(i);
     return std::tuple{h, at::layer_norm(h, {h.size(1)}, i.weight, i.bias, kEps)};
   };
 }
 
-const char* const kNames[] = {"new_residual", "y", "d residual", "d x", "d weight", "d bias"};
+const char* const kNames[] = {"new_residual", "y",      "d residual", "d x",
+                              "d weight",     "d bias", "d x_bias"};
 
 void expect_close(const std::vector<at::Tensor>& got, const std::vector<at::Tensor>& want,
                   double tol) {
   for (size_t i = 0; i < got.size(); ++i) {
-    EXPECT_LT(rel_error(got[i], want[i]), tol) << kNames[i];
+    ASSERT_EQ(got[i].defined(), want[i].defined()) << kNames[i];
+    if (got[i].defined()) {
+      EXPECT_LT(rel_error(got[i], want[i]), tol) << kNames[i];
+    }
   }
 }
 
 TEST(ResidualLayerNormTest, CpuPathsEqualTheUnfusedComposition) {
   SCOPED_TRACE("seed " + std::to_string(test::fresh_seed()));
   for (int64_t channels : {768, 1000, 7}) {
-    SCOPED_TRACE("C " + std::to_string(channels));
-    const Inputs in = make_inputs(9, channels, at::kFloat, at::kCPU);
-    const at::Tensor dh = at::randn({9, channels}), dy = at::randn({9, channels});
-    const auto want = run(unfused_op(), in, dh, dy);
-    expect_close(run(reference_op(at::kFloat), in, dh, dy), want, 1e-6);
-    expect_close(run(function_op(at::kFloat), in, dh, dy), want, 1e-6);
+    for (bool with_x_bias : {false, true}) {
+      SCOPED_TRACE("C " + std::to_string(channels) + (with_x_bias ? " x_bias" : ""));
+      const Inputs in = make_inputs(9, channels, at::kFloat, at::kCPU, std::nullopt, with_x_bias);
+      const at::Tensor dh = at::randn({9, channels}), dy = at::randn({9, channels});
+      const auto want = run(unfused_op(), in, dh, dy);
+      expect_close(run(reference_op(at::kFloat), in, dh, dy), want, 1e-6);
+      expect_close(run(function_op(at::kFloat), in, dh, dy), want, 1e-6);
+    }
   }
 }
 
 TEST(ResidualLayerNormTest, GradientsMatchFiniteDifferences) {
   SCOPED_TRACE("seed " + std::to_string(test::fresh_seed()));
   for (int64_t channels : {5, 8}) {
-    const Inputs in = make_inputs(3, channels, at::kDouble, at::kCPU);
+    const Inputs in = make_inputs(3, channels, at::kDouble, at::kCPU, std::nullopt, true);
     const at::Tensor dh = at::randn({3, channels}, at::kDouble);
     const at::Tensor dy = at::randn({3, channels}, at::kDouble);
     for (const auto& [name, op] : {std::pair{"function", function_op(at::kDouble)},
                                    std::pair{"reference", reference_op(at::kDouble)}}) {
       SCOPED_TRACE(std::string(name) + " C " + std::to_string(channels));
       const auto got = run(op, in, dh, dy);
-      Inputs probe{in.residual.clone(), in.x.clone(), in.weight.clone(), in.bias.clone()};
+      Inputs probe{in.residual.clone(), in.x.clone(), in.weight.clone(), in.bias.clone(),
+                   in.x_bias.clone()};
       auto loss = [&] {
         const auto [h, y] = op(probe);
         return (h * dh).sum() + (y * dy).sum();
       };
-      const at::Tensor* inputs[] = {&probe.residual, &probe.x, &probe.weight, &probe.bias};
-      for (int i = 0; i < 4; ++i) {
+      const at::Tensor* inputs[] = {&probe.residual, &probe.x, &probe.weight, &probe.bias,
+                                    &probe.x_bias};
+      for (int i = 0; i < 5; ++i) {
         EXPECT_LT(rel_error(got[2 + i], test::numeric_grad(loss, *inputs[i])), 1e-7)
             << kNames[2 + i];
       }
@@ -118,7 +143,7 @@ TEST(ResidualLayerNormTest, GradientsMatchFiniteDifferences) {
 
 TEST(ResidualLayerNormTest, UnusedOutputsCountAsZero) {
   SCOPED_TRACE("seed " + std::to_string(test::fresh_seed()));
-  const Inputs in = make_inputs(4, 16, at::kFloat, at::kCPU);
+  const Inputs in = make_inputs(4, 16, at::kFloat, at::kCPU, std::nullopt, true);
   const at::Tensor dh = at::randn({4, 16}), dy = at::randn({4, 16});
   for (auto [use_h, use_y] : {std::pair{true, false}, std::pair{false, true}}) {
     const auto got = run(function_op(at::kFloat), in, dh, dy, use_h, use_y);
@@ -138,7 +163,7 @@ TEST(ResidualLayerNormTest, MixedDtypesMatchTheReference) {
   for (auto [dtype, out] :
        {std::pair{at::kBFloat16, at::kBFloat16}, std::pair{at::kBFloat16, at::kFloat},
         std::pair{at::kFloat, at::kHalf}}) {
-    const Inputs in = make_inputs(6, 40, dtype, at::kCPU);
+    const Inputs in = make_inputs(6, 40, dtype, at::kCPU, std::nullopt, out == at::kBFloat16);
     const at::Tensor dh = at::randn({6, 40}).to(dtype), dy = at::randn({6, 40}).to(out);
     const auto got = run(function_op(out), in, dh, dy);
     EXPECT_EQ(got[0].scalar_type(), dtype);
@@ -154,11 +179,13 @@ TEST(ResidualLayerNormTest, NarrowBranchUnderAFloatStreamEqualsTheUnfusedComposi
   SCOPED_TRACE("seed " + std::to_string(test::fresh_seed()));
   for (at::ScalarType x_dtype : {at::kBFloat16, at::kHalf}) {
     for (at::ScalarType out : {at::kBFloat16, at::kFloat}) {
-      SCOPED_TRACE(::testing::Message() << "x " << x_dtype << " out " << out);
-      const Inputs in = make_inputs(9, 768, at::kFloat, at::kCPU, x_dtype);
+      const bool with_x_bias = out == at::kBFloat16;  // GPT's: the c_proj bias added by the op
+      SCOPED_TRACE(::testing::Message()
+                   << "x " << x_dtype << " out " << out << " x_bias " << with_x_bias);
+      const Inputs in = make_inputs(9, 768, at::kFloat, at::kCPU, x_dtype, with_x_bias);
       const at::Tensor dh = at::randn({9, 768}), dy = at::randn({9, 768}).to(out);
       const Op unfused = [out](const Inputs& i) {
-        const at::Tensor h = i.residual + i.x;  // promotes to float32
+        const at::Tensor h = i.residual + branch(i);  // promotes to float32
         return std::tuple{h, at::layer_norm(h, {h.size(1)}, i.weight, i.bias, kEps).to(out)};
       };
       const auto want = run(unfused, in, dh, dy);
@@ -171,7 +198,9 @@ TEST(ResidualLayerNormTest, NarrowBranchUnderAFloatStreamEqualsTheUnfusedComposi
         EXPECT_EQ(got[2].scalar_type(), at::kFloat) << "d residual";
         // float32 results to 1e-6; y and d x to their own dtype's rounding (a last-bit difference
         // in float may round one element the other way).
+        ASSERT_EQ(got[6].defined(), with_x_bias);
         for (size_t i = 0; i < got.size(); ++i) {
+          if (!got[i].defined()) continue;
           const at::ScalarType t = got[i].scalar_type();
           const double tol = t == at::kBFloat16 ? 1e-2 : t == at::kHalf ? 2e-3 : 1e-6;
           EXPECT_LT(rel_error(got[i], want[i]), tol) << kNames[i];
@@ -211,6 +240,14 @@ TEST(ResidualLayerNormTest, BadArgumentsNameWhatIsWrong) {
       "BFloat16 [6] on cpu"));
   EXPECT_TRUE(has(message(in.residual, in.x, in.weight, at::kInt),
                   "out_dtype must be float32, float64, bfloat16 or float16, got Int"));
+  for (const at::Tensor& x_bias : {at::ones({6}, at::kBFloat16), at::ones({4, 6})}) {
+    EXPECT_TRUE(
+        has(test::data_error_message([&] {
+              residual_layernorm(in.residual, in.x, in.weight, in.bias, kEps, at::kFloat, x_bias);
+            }),
+            "x_bias must be Float (6,) on cpu for residual Float [4, 6], got " +
+                std::string(x_bias.dim() == 1 ? "BFloat16 [6]" : "Float [4, 6]") + " on cpu"));
+  }
 }
 
 // ---- CUDA: the kernels against the reference on the GPU ----------------------------------
@@ -235,11 +272,14 @@ TEST(ResidualLayerNormCudaTest, KernelsMatchTheReference) {
       {at::kFloat, at::kHalf, at::kFloat},        {at::kHalf, at::kHalf, at::kHalf}};
   for (const auto& [rows, channels] : shapes) {
     for (const auto& [dtype, x_dtype, out] : dtypes) {
-      for (bool misaligned : {false, true}) {
+      for (const auto& [misaligned, with_x_bias] :
+           {std::pair{false, false}, std::pair{true, false}, std::pair{false, true},
+            std::pair{true, true}}) {
         SCOPED_TRACE(::testing::Message()
                      << "N " << rows << " C " << channels << " " << dtype << " + " << x_dtype
-                     << " -> " << out << (misaligned ? " misaligned" : ""));
-        Inputs in = make_inputs(rows, channels, dtype, cuda, x_dtype);
+                     << " -> " << out << (misaligned ? " misaligned" : "")
+                     << (with_x_bias ? " x_bias" : ""));
+        Inputs in = make_inputs(rows, channels, dtype, cuda, x_dtype, with_x_bias);
         if (misaligned) {  // rows one element off 16 bytes: the scalar path at any C
           at::Tensor buf = at::empty({rows * channels + 1}, in.x.options());
           in.x = buf.narrow(0, 1, rows * channels).view({rows, channels}).copy_(in.x);
@@ -249,7 +289,8 @@ TEST(ResidualLayerNormCudaTest, KernelsMatchTheReference) {
         test::poison({{{rows, channels}, dtype},
                       {{rows, channels}, x_dtype},
                       {{rows, channels}, out},
-                      {{rows}, at::kFloat}},
+                      {{rows}, at::kFloat},
+                      {{channels}, at::kFloat}},
                      cuda);
         const auto got = run(function_op(out), in, dh, dy);
         const auto want = run(reference_op(out), in, dh, dy);
@@ -265,11 +306,13 @@ TEST(ResidualLayerNormCudaTest, ParameterGradientsAreRunToRunIdentical) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   ASSERT_TRUE(detail::residual_layernorm_cuda_built());
   SCOPED_TRACE("seed " + std::to_string(test::fresh_seed()));
-  const Inputs in = make_inputs(16384, 768, at::kBFloat16, at::Device(at::kCUDA));
-  const at::Tensor dh = at::randn({16384, 768}, in.weight.options()).to(at::kBFloat16);
+  // GPT's: a float32 stream, the branch in bf16 with its linear's bias added here.
+  const Inputs in =
+      make_inputs(16384, 768, at::kFloat, at::Device(at::kCUDA), at::kBFloat16, /*x_bias=*/true);
+  const at::Tensor dh = at::randn({16384, 768}, in.weight.options());
   const at::Tensor dy = at::randn({16384, 768}, in.weight.options()).to(at::kBFloat16);
   const Op op = [](const Inputs& i) {  // the public op: the kernels on CUDA
-    return residual_layernorm(i.residual, i.x, i.weight, i.bias, kEps, at::kBFloat16);
+    return residual_layernorm(i.residual, i.x, i.weight, i.bias, kEps, at::kBFloat16, i.x_bias);
   };
   const auto first = run(op, in, dh, dy);
   const auto second = run(op, in, dh, dy);
@@ -291,15 +334,17 @@ TEST(ResidualLayerNormCudaTest, RegisterAndCachePathsGiveTheSameBits) {
            {65, 2048, at::kBFloat16, at::kBFloat16},
            {9, 40, at::kHalf, at::kHalf}}) {
     SCOPED_TRACE(::testing::Message() << "N " << rows << " C " << channels << " " << dtype);
-    const Inputs in = make_inputs(rows, channels, dtype, at::Device(at::kCUDA), x_dtype);
+    const bool with_x_bias = rows != 33;  // GPT's (4097 rows) with its c_proj bias
+    const Inputs in =
+        make_inputs(rows, channels, dtype, at::Device(at::kCUDA), x_dtype, with_x_bias);
     test::poison({{{rows, channels}, dtype}, {{rows, channels}, at::kBFloat16}},
                  in.weight.device());
     const auto regs = detail::residual_layernorm_forward_cuda(in.residual, in.x, in.weight, in.bias,
-                                                              kEps, at::kBFloat16, true);
+                                                              kEps, at::kBFloat16, in.x_bias, true);
     test::poison({{{rows, channels}, dtype}, {{rows, channels}, at::kBFloat16}},
                  in.weight.device());
-    const auto cache = detail::residual_layernorm_forward_cuda(in.residual, in.x, in.weight,
-                                                               in.bias, kEps, at::kBFloat16, false);
+    const auto cache = detail::residual_layernorm_forward_cuda(
+        in.residual, in.x, in.weight, in.bias, kEps, at::kBFloat16, in.x_bias, false);
     for (size_t i = 0; i < regs.size(); ++i) EXPECT_TRUE(at::equal(regs[i], cache[i])) << i;
   }
 }
