@@ -129,7 +129,9 @@ at::Tensor Gpt::forward_fused(const at::Tensor& tok, const at::Tensor& pos_emb) 
   // Block i: y = ln_1(res); res += attn(y); y = ln_2(res); res += mlp(y); the last two steps of a
   // block and the first of the next are each one residual_layernorm, the last one with ln_f. The
   // branches' outputs go in as the matmuls leave them (bf16 under autocast): the op adds them to
-  // the float32 stream in float.
+  // the float32 stream in float. Without dropout the branches' c_proj GEMMs leave out their bias
+  // and the op adds it (x_bias): its gradient then comes from the op's backward pass over d(x),
+  // not from a column-sum kernel reading d(x) again.
   detail::GptLayerNormImpl& ln_0 = *h_->at<detail::GptBlockImpl>(0).ln_1;
   at::Tensor res, y;  // (N, C): the stream in float32, the normalised rows in `compute`
   if (options_.dropout > 0.0 && is_training()) {  // the dropout sits between the add and ln_1
@@ -139,16 +141,18 @@ at::Tensor Gpt::forward_fused(const at::Tensor& tok, const at::Tensor& pos_emb) 
     std::tie(res, y) = residual_layernorm(rows(tok), rows(pos_emb.expand({B, T, C})), ln_0.weight,
                                           ln_0.bias, 1e-5, compute);
   }
+  const bool defer = !(options_.dropout > 0.0 && is_training());
   const int64_t n = static_cast<int64_t>(h_->size());
   for (int64_t i = 0; i < n; ++i) {
     auto& block = h_->at<detail::GptBlockImpl>(static_cast<size_t>(i));
-    const at::Tensor a = rows(block.attn->forward(blocks(y), /*fused_ops=*/true));
-    std::tie(res, y) =
-        residual_layernorm(res, a, block.ln_2->weight, block.ln_2->bias, 1e-5, compute);
-    const at::Tensor m = rows(block.mlp->forward_fused(blocks(y)));
+    const at::Tensor a = rows(block.attn->forward(blocks(y), /*fused_ops=*/true, defer));
+    std::tie(res, y) = residual_layernorm(res, a, block.ln_2->weight, block.ln_2->bias, 1e-5,
+                                          compute, defer ? block.attn->c_proj->bias : at::Tensor());
+    const at::Tensor m = rows(block.mlp->forward_fused(blocks(y), defer));
     const detail::GptLayerNormImpl& next =
         i + 1 < n ? *h_->at<detail::GptBlockImpl>(static_cast<size_t>(i + 1)).ln_1 : *ln_f_;
-    std::tie(res, y) = residual_layernorm(res, m, next.weight, next.bias, 1e-5, compute);
+    std::tie(res, y) = residual_layernorm(res, m, next.weight, next.bias, 1e-5, compute,
+                                          defer ? block.mlp->c_proj->bias : at::Tensor());
   }
   return blocks(y);
 }
@@ -176,7 +180,8 @@ std::string Gpt::describe() const {
       "{}, attention {})",
       options_.n_layer, options_.n_head, options_.n_embd, options_.block_size, options_.vocab_size,
       options_.bias, options_.tie_embeddings,
-      fused_ ? "fused residual+layernorm, bias+gelu, linear bias gradients" : "unfused ATen ops",
+      fused_ ? "fused (c_proj bias+)residual+layernorm, bias+gelu, linear bias gradients"
+             : "unfused ATen ops",
       to_string(attention_)));
 }
 

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include "core/error.h"
 #include "core/ops/bias_gelu.h"
 #include "core/ops/linear_bias.h"
 
@@ -18,6 +19,16 @@ torch::nn::Linear linear(int64_t in, int64_t out, bool bias) {
 // 28 ms step on an H200.
 at::Tensor fused_linear(const torch::nn::Linear& layer, const at::Tensor& x) {
   return at::linear(x, layer->weight, layer->bias);
+}
+
+// x W^T without the layer's bias, which the caller adds after the residual-stream add (there is
+// no dropout in between to keep the two apart).
+at::Tensor projection_without_bias(const torch::nn::Linear& layer, const at::Tensor& x,
+                                   double dropout, bool training) {
+  if (dropout > 0.0 && training) {
+    throw Error("GPT: a projection's bias can be left to the caller only while dropout is off");
+  }
+  return at::linear(x, layer->weight);
 }
 
 }  // namespace
@@ -39,7 +50,7 @@ GptAttentionImpl::GptAttentionImpl(int64_t n_embd, int64_t n_head, double dropou
       dropout_(dropout),
       backend_(backend) {}
 
-at::Tensor GptAttentionImpl::forward(const at::Tensor& x, bool fused_ops) {
+at::Tensor GptAttentionImpl::forward(const at::Tensor& x, bool fused_ops, bool without_proj_bias) {
   const int64_t B = x.size(0);
   const int64_t T = x.size(1);
   const int64_t C = x.size(2);
@@ -54,6 +65,7 @@ at::Tensor GptAttentionImpl::forward(const at::Tensor& x, bool fused_ops) {
       causal_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), is_training() ? dropout_ : 0.0,
                        backend_);  // (B, nh, T, hs)
   const at::Tensor merged = y.transpose(1, 2).contiguous().view({B, T, C});
+  if (without_proj_bias) return projection_without_bias(c_proj, merged, dropout_, is_training());
   return at::dropout(project(c_proj, merged), dropout_, is_training());
 }
 
@@ -67,12 +79,13 @@ at::Tensor GptMlpImpl::forward(const at::Tensor& x) {
   return at::dropout(fused_linear(c_proj, h), dropout_, is_training());
 }
 
-at::Tensor GptMlpImpl::forward_fused(const at::Tensor& x) {
+at::Tensor GptMlpImpl::forward_fused(const at::Tensor& x, bool without_proj_bias) {
   // The GEMM without its bias; bias and GELU in one pass over the (B, T, 4C) activations, which
   // the backward reads once to give both d(input) and d(bias).
   const at::Tensor pre = at::linear(x, c_fc->weight);  // (B, T, 4C)
   const int64_t rows = pre.numel() / pre.size(-1);
   const at::Tensor h = bias_gelu(pre.view({rows, pre.size(-1)}), c_fc->bias).view(pre.sizes());
+  if (without_proj_bias) return projection_without_bias(c_proj, h, dropout_, is_training());
   return at::dropout(linear_bias(h, c_proj->weight, c_proj->bias), dropout_, is_training());
 }
 

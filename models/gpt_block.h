@@ -27,7 +27,10 @@ class GptAttentionImpl : public torch::nn::Module {
   GptAttentionImpl(int64_t n_embd, int64_t n_head, double dropout, bool bias,
                    AttentionBackend backend);
   /// fused_ops: the linears as ops::linear_bias (bias gradients by brrr's column-sum kernel).
-  at::Tensor forward(const at::Tensor& x, bool fused_ops = false);  // (B, T, C) -> (B, T, C)
+  /// without_proj_bias: c_proj's GEMM without its bias, for the caller to add (as
+  /// ops::residual_layernorm's x_bias); only while dropout is inactive (it would come between).
+  at::Tensor forward(const at::Tensor& x, bool fused_ops = false,
+                     bool without_proj_bias = false);  // (B, T, C) -> (B, T, C)
 
   torch::nn::Linear c_attn{nullptr};
   torch::nn::Linear c_proj{nullptr};
@@ -44,8 +47,9 @@ class GptMlpImpl : public torch::nn::Module {
   GptMlpImpl(int64_t n_embd, double dropout, bool bias);
   at::Tensor forward(const at::Tensor& x);  // (B, T, C) -> (B, T, C)
   /// The same with c_fc's bias and the GELU in one op (ops::bias_gelu), c_proj as
-  /// ops::linear_bias; needs bias.
-  at::Tensor forward_fused(const at::Tensor& x);  // (B, T, C) -> (B, T, C)
+  /// ops::linear_bias; needs bias. without_proj_bias: as GptAttentionImpl::forward's.
+  at::Tensor forward_fused(const at::Tensor& x,
+                           bool without_proj_bias = false);  // (B, T, C) -> (B, T, C)
 
   torch::nn::Linear c_fc{nullptr};
   torch::nn::Linear c_proj{nullptr};
