@@ -5,8 +5,8 @@
 // bench/torch_ops.py times the same ops in PyTorch eager and under torch.compile.
 //
 //   bench_ops_bench [--repeats 20] [--csv FILE] [--only NAME,...]
-// --only runs those benches alone: ceilings, classifier, residual_layernorm, bias_gelu, bias_grad,
-// image_input, mlp_gelu.
+// --only runs those benches alone: ceilings, classifier, residual_layernorm, residual_bias,
+// bias_gelu, bias_grad, image_input, mlp_gelu.
 // Prints CSV `op,impl,pass,ms,gb_per_s`: pass `fwd` or `fwd+bwd`; gb_per_s counts the fewest bytes
 // the op must move (each input read once, each output written once), so it compares with the
 // copy ceiling. An impl ending in `_graph` is the same work captured in a CUDA graph and
@@ -225,10 +225,54 @@ void bench_residual_layernorm(Out& out, int repeats) {
             graph_ms(
                 [&] {
                   brrr::detail::residual_layernorm_forward_cuda(res, x, w, b, 1e-5, at::kBFloat16,
-                                                                registers);
+                                                                {}, registers);
                 },
                 repeats),
             fwd_bytes);
+  }
+}
+
+// GPT's use: the branch's c_proj output in bf16 (its GEMM run without the bias) and the c_proj
+// bias added by residual_layernorm (x_bias), whose backward gives the bias gradient from its own
+// pass over d(x); against the same with the bias in the GEMM and its gradient summed apart (ATen's
+// reduction, or brrr's column_sum: the fused path before x_bias).
+void bench_residual_bias(Out& out, int repeats) {
+  const at::Tensor res = randn({kRows, kC}, at::kFloat).requires_grad_(true);
+  const at::Tensor x = randn({kRows, kC}, at::kBFloat16).requires_grad_(true);
+  const at::Tensor xb = randn({kC}, at::kFloat).requires_grad_(true);
+  const at::Tensor w = randn({kC}, at::kFloat).requires_grad_(true);
+  const at::Tensor b = randn({kC}, at::kFloat).requires_grad_(true);
+  const at::Tensor dy = randn({kRows, kC}, at::kBFloat16);
+  const at::Tensor dres = randn({kRows, kC}, at::kFloat);
+  // fwd: read res (4 B), x (2), write new_res (4), y (2); bwd: read dy (2), d_new (4), new_res (4),
+  // write d_res (4), d_x (2).
+  const double n = static_cast<double>(kRows * kC), fwd_bytes = n * 12, bytes = n * 28;
+  auto eager = [&](bool backward) {  // the bias already in x, as the GEMM's epilogue adds it
+    const at::Tensor h = res + x;
+    const at::Tensor y = at::layer_norm(h, {kC}, w, b, 1e-5).to(at::kBFloat16);
+    if (!backward) return;
+    const auto g = torch::autograd::grad({y, h}, {res, x, w, b}, {dy, dres});
+    at::sum(g[1], 0);
+  };
+  auto separate = [&](bool backward) {
+    auto [h, y] = brrr::residual_layernorm(res, x, w, b, 1e-5, at::kBFloat16);
+    if (!backward) return;
+    const auto g = torch::autograd::grad({y, h}, {res, x, w, b}, {dy, dres});
+    brrr::column_sum(g[1]);
+  };
+  auto fused = [&](bool backward) {
+    auto [h, y] = brrr::residual_layernorm(res, x, w, b, 1e-5, at::kBFloat16, xb);
+    if (backward) torch::autograd::grad({y, h}, {res, x, w, b, xb}, {dy, dres});
+  };
+  for (const bool bwd : {false, true}) {
+    const char* pass = bwd ? "fwd+bwd" : "fwd";
+    const double nbytes = bwd ? bytes : fwd_bytes;
+    // Timed with events too, as bench/torch_ops.py times torch.compile's version.
+    out.row("residual_bias", "brrr", pass, time_ms([&] { fused(bwd); }, repeats), nbytes);
+    out.row("residual_bias", "eager_graph", pass, graph_ms([&] { eager(bwd); }, repeats), nbytes);
+    out.row("residual_bias", "brrr_separate_graph", pass, graph_ms([&] { separate(bwd); }, repeats),
+            nbytes);
+    out.row("residual_bias", "brrr_graph", pass, graph_ms([&] { fused(bwd); }, repeats), nbytes);
   }
 }
 
@@ -497,6 +541,7 @@ int main(int argc, char** argv) {
         {"ceilings", bench_ceilings},
         {"classifier", bench_classifier},
         {"residual_layernorm", bench_residual_layernorm},
+        {"residual_bias", bench_residual_bias},
         {"bias_gelu", bench_bias_gelu},
         {"bias_grad", bench_bias_grad},
         {"image_input", bench_image_input},

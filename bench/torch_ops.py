@@ -117,6 +117,28 @@ def main():
         row("residual_layernorm", impl, "fwd", time_ms(fwd, args.repeats), n * 14)
         row("residual_layernorm", impl, "fwd+bwd", time_ms(fwd_bwd, args.repeats), n * 28)
 
+    # the same with the branch in bf16 and its linear's bias (GPT's c_proj), whose gradient is the
+    # column sum of d x: torch.compile sees the bias add and may fuse that reduction
+    xh = torch.randn(ROWS, C, device=dev, dtype=bf16, requires_grad=True)
+    xb = torch.randn(C, device=dev, requires_grad=True)
+
+    def res_bias_ln(res, x, xb, lw, lb):
+        h = res + (x + xb)
+        return h, F.layer_norm(h, (C,), lw, lb, 1e-5).to(bf16)
+
+    res_bias_ln_compiled = torch.compile(res_bias_ln)
+    for impl, f in (("torch_eager", res_bias_ln), ("torch_compile", res_bias_ln_compiled)):
+        def fwd():
+            with torch.no_grad():
+                f(res, xh, xb, lw, lb)
+
+        def fwd_bwd():
+            h, out = f(res, xh, xb, lw, lb)
+            torch.autograd.grad([out, h], [res, xh, xb, lw, lb], [dy, dres])
+
+        row("residual_bias", impl, "fwd", time_ms(fwd, args.repeats), n * 12)
+        row("residual_bias", impl, "fwd+bwd", time_ms(fwd_bwd, args.repeats), n * 28)
+
     # bias + GELU(tanh) on the (N, 4C) activations
     xg = torch.randn(ROWS, 4 * C, device=dev, dtype=bf16, requires_grad=True)
     bg = torch.randn(4 * C, device=dev, requires_grad=True)
