@@ -134,14 +134,16 @@ at::Tensor Gpt::forward_fused(const at::Tensor& tok, const at::Tensor& pos_emb) 
   // not from a column-sum kernel reading d(x) again.
   detail::GptLayerNormImpl& ln_0 = *h_->at<detail::GptBlockImpl>(0).ln_1;
   at::Tensor res, y;  // (N, C): the stream in float32, the normalised rows in `compute`
-  if (options_.dropout > 0.0 && is_training()) {  // the dropout sits between the add and ln_1
+  // Active dropout sits between each add and the next LayerNorm: then no add is fused into it.
+  const bool dropout = options_.dropout > 0.0 && is_training();
+  if (dropout) {
     res = rows(at::dropout(tok + pos_emb, options_.dropout, /*train=*/true));
     y = ln_0.forward(res).to(compute);
   } else {  // the embeddings' add is the first residual_layernorm's
     std::tie(res, y) = residual_layernorm(rows(tok), rows(pos_emb.expand({B, T, C})), ln_0.weight,
                                           ln_0.bias, 1e-5, compute);
   }
-  const bool defer = !(options_.dropout > 0.0 && is_training());
+  const bool defer = !dropout;  // the c_proj biases go to residual_layernorm
   const int64_t n = static_cast<int64_t>(h_->size());
   for (int64_t i = 0; i < n; ++i) {
     auto& block = h_->at<detail::GptBlockImpl>(static_cast<size_t>(i));
