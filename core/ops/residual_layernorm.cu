@@ -13,8 +13,11 @@
 //     resident at once (occupancy x SMs), at most one row per warp. Each warp adds dy * xhat and
 //     dy of its rows into its own slice of shared memory, each column owned by one lane (no
 //     races, no atomics); the block then adds its warps' slices in warp order into its row of
-//     partials (grid, 2, C), and sum_partials_kernel adds the rows in order. With x_bias, a third
-//     slice sums d(x) for x_bias's gradient: partials (grid, 3, C), three outputs of one launch.
+//     partials (grid, 2, C), and sum_partials_kernel adds the rows in order. With x_bias, d(x) is
+//     summed too, for x_bias's gradient: partials (grid, 3, C), three outputs of one launch.
+//     Under a float32 stream with a 16-bit y, rows of up to 1024 columns keep those sums in
+//     registers (see kDxChunks); others in a third slice, 50 % more shared memory a warp, which
+//     cuts the warps an SM from 32 to 24 at C = 768.
 // The kernels are bound by memory: forward reads residual and x and writes new_residual and y
 // (on its cache path, re-reading new_residual from the cache); backward reads new_residual, dy and
 // d_new_residual twice (the second time from the cache) and writes d_residual (and d_x when x
@@ -44,6 +47,13 @@ constexpr int kBwdMaxWarps = 8;
 // Chunks a lane keeps in registers on the forward's vector path (its kPerLane), for rows of up to
 // 32 * 8 16-byte chunks: C <= 1024 in float32, 2048 in bf16/fp16. Wider rows take kPerLane 0.
 constexpr int kChunksPerLane = 8;
+// Chunks a lane keeps d(x)'s sums for in the backward's registers (its kDxRegs) with x_bias: 8
+// chunks of 4 float sums, so rows of up to 1024 columns, for a float32 stream T with a 16-bit y
+// (out_t), the mixed-precision case (GPT's). Within the 64 registers a thread that 32 warps an SM
+// allow, ptxas (sm_90) fits that case without spilling, and spilled every other (a float32 y, a
+// 16-bit or float64 stream): those sum in a third shared-memory slice (0).
+template <typename T, typename out_t>
+constexpr int kDxChunks = std::is_same_v<T, float> && sizeof(out_t) == 2 ? 8 : 0;
 
 // T: residual's dtype, X: x's (T, or bf16/fp16 under a float32 residual), out_t: y's, kV:
 // elements per access (kVec16<T>, or 1 on the scalar path). kPerLane > 0: a lane keeps its
@@ -159,15 +169,21 @@ __device__ __forceinline__ int64_t slot_of(int64_t j, int k) {
   return (j / kWarpSize) * kWarpSize * kV + k * kWarpSize + j % kWarpSize;
 }
 
-// T: residual's dtype, X: x's, out_t: dy's (y's), kV as in the forward. Dynamic shared memory:
-// `sums` slices (dweight, dbias, and with 3 x_bias's gradient: d(x) before its rounding to X) of
-// `slice` acc_t per warp. dnew may be null (zero); dx is null when X is T (d_x is then d_residual
-// itself). The row's second pass re-reads h and dy from the
-// cache: a variant keeping them in registers (as the forward) needed 99 registers, ran 8 warps an
-// SM against 32, and was slower on an H200 (0.067 against 0.063 ms a GPT-2 layer,
-// bench/RESULTS.md section 6).
-template <typename T, typename X, typename out_t, int kV>
-__global__ void __launch_bounds__(kBwdMaxWarps* kWarpSize)
+// T: residual's dtype, X: x's, out_t: dy's (y's), kV as in the forward. `sums` partial rows per
+// block: dweight, dbias, and with 3 x_bias's gradient (d(x) before its rounding to X). Dynamic
+// shared memory: a slice of `slice` acc_t per warp for each sum kept there: all `sums` with
+// kDxRegs = 0; with kDxRegs > 0 (sums == 3, C / kV <= 32 kDxRegs) the lanes keep d(x)'s sums in
+// registers, chunk j = lane + 32 q in dx_sum[q], and only dweight and dbias have slices: 6 KB a
+// warp at C = 768 in float32 instead of 9, and the launch bounds hold the kernel to 64 registers
+// (no spills on sm_90), so as many warps an SM as without x_bias (32). Either way a column's sum
+// adds the warp's rows in row order, then the warps in order; the two kernels agree to float
+// rounding, not to the bit (their occupancy differs, so a large N gets a different grid).
+// dnew may be null (zero); dx is null when X is T (d_x is then d_residual itself). The row's
+// second pass re-reads h and dy from the cache: a variant keeping them in registers (as the
+// forward) needed 99 registers, ran 8 warps an SM against 32, and was slower on an H200 (0.067
+// against 0.063 ms a GPT-2 layer, bench/RESULTS.md section 6).
+template <typename T, typename X, typename out_t, int kV, int kDxRegs>
+__global__ void __launch_bounds__(kBwdMaxWarps* kWarpSize, kDxRegs > 0 ? 4 : 1)
     ln_backward_kernel(const out_t* __restrict__ dy,            // (N, C)
                        const T* __restrict__ dnew,              // (N, C) or null
                        const T* __restrict__ h,                 // (N, C) saved new residual
@@ -182,16 +198,23 @@ __global__ void __launch_bounds__(kBwdMaxWarps* kWarpSize)
   extern __shared__ __align__(16) unsigned char smem[];
   const int warps = blockDim.x / kWarpSize;
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  acc_t* const sum_dw = reinterpret_cast<acc_t*>(smem) + warp * sums * slice;  // this warp's
+  const int slices = kDxRegs > 0 ? 2 : sums;  // in shared memory, a warp
+  acc_t* const sum_dw = reinterpret_cast<acc_t*>(smem) + warp * slices * slice;  // this warp's
   acc_t* const sum_db = sum_dw + slice;
-  acc_t* const sum_dx = sum_db + slice;  // used when sums == 3
+  acc_t* const sum_dx = sum_db + slice;  // used when sums == 3 and kDxRegs == 0
   const bool x_bias_grad = sums == 3;
+  acc_t dx_sum[kDxRegs > 0 ? kDxRegs : 1][kV];
+#pragma unroll
+  for (int q = 0; q < (kDxRegs > 0 ? kDxRegs : 1); ++q) {
+#pragma unroll
+    for (int k = 0; k < kV; ++k) dx_sum[q][k] = 0;
+  }
   const int64_t chunks = channels / kV;
   for (int64_t j = lane; j < chunks; j += kWarpSize) {
 #pragma unroll
     for (int k = 0; k < kV; ++k) {
       sum_dw[slot_of<kV>(j, k)] = sum_db[slot_of<kV>(j, k)] = 0;
-      if (x_bias_grad) sum_dx[slot_of<kV>(j, k)] = 0;
+      if (kDxRegs == 0 && x_bias_grad) sum_dx[slot_of<kV>(j, k)] = 0;
     }
   }
   const acc_t inv_c = acc_t(1) / static_cast<acc_t>(channels);
@@ -216,7 +239,9 @@ __global__ void __launch_bounds__(kBwdMaxWarps* kWarpSize)
     }
     mean_g = warp_sum(mean_g) * inv_c;
     mean_gx = warp_sum(mean_gx) * inv_c;
-    for (int64_t j = lane; j < chunks; j += kWarpSize) {  // the row again, from the cache
+    // The row again, from the cache: d_residual (and d_x) of chunk j, whose values before the
+    // rounding to X go to add_dx(k, value).
+    auto second = [&](int64_t j, auto&& add_dx) {
       const Vec<T, kV> hv = load_vec<T, kV>(h + off + j * kV);
       const Vec<out_t, kV> d = load_vec<out_t, kV>(dy + off + j * kV);
       const Vec<acc_t, kV> w = load_vec<acc_t, kV>(weight + j * kV);
@@ -231,23 +256,53 @@ __global__ void __launch_bounds__(kBwdMaxWarps* kWarpSize)
         if (dnew != nullptr) v += static_cast<acc_t>(n.v[k]);
         o.v[k] = static_cast<T>(v);
         ox.v[k] = static_cast<X>(o.v[k]);  // as autograd's cast of d_residual to x's dtype
-        if (x_bias_grad) sum_dx[slot_of<kV>(j, k)] += static_cast<acc_t>(o.v[k]);
+        add_dx(k, static_cast<acc_t>(o.v[k]));
       }
       store_vec<T, kV>(dh + off + j * kV, o);
       if (dx != nullptr) store_vec<X, kV>(dx + off + j * kV, ox);
+    };
+    if constexpr (kDxRegs > 0) {
+#pragma unroll
+      for (int q = 0; q < kDxRegs; ++q) {
+        const int64_t j = lane + q * kWarpSize;
+        if (j < chunks) second(j, [&](int k, acc_t v) { dx_sum[q][k] += v; });
+      }
+    } else {
+      for (int64_t j = lane; j < chunks; j += kWarpSize) {
+        second(j, [&](int k, acc_t v) {
+          if (x_bias_grad) sum_dx[slot_of<kV>(j, k)] += v;
+        });
+      }
     }
   }
   __syncthreads();
-  // The block's sums, warp by warp in order, written by column: slot i holds column j * kV + k.
+  // The block's sums of each warp's slice `which`, warp by warp in order, into its partial row
+  // `row`, written by column: slot s of a slice holds column j * kV + k.
   const acc_t* const all = reinterpret_cast<const acc_t*>(smem);
   acc_t* const out = partial + static_cast<int64_t>(blockIdx.x) * sums * channels;
-  for (int64_t i = threadIdx.x; i < sums * slice; i += blockDim.x) {
-    const int64_t which = i / slice, s = i % slice;  // 0: dweight, 1: dbias, 2: d x_bias
-    const int64_t j = (s / (kWarpSize * kV)) * kWarpSize + s % kWarpSize;
-    if (j >= chunks) continue;  // padding of the last group of 32 chunks
-    acc_t t = 0;
-    for (int w = 0; w < warps; ++w) t += all[w * sums * slice + i];
-    out[which * channels + j * kV + (s / kWarpSize) % kV] = t;
+  auto write_sums = [&](int which, int row) {
+    for (int64_t s = threadIdx.x; s < slice; s += blockDim.x) {
+      const int64_t j = (s / (kWarpSize * kV)) * kWarpSize + s % kWarpSize;
+      if (j >= chunks) continue;  // padding of the last group of 32 chunks
+      acc_t t = 0;
+      for (int w = 0; w < warps; ++w) t += all[(w * slices + which) * slice + s];
+      out[row * channels + j * kV + (s / kWarpSize) % kV] = t;
+    }
+  };
+  for (int which = 0; which < slices; ++which) write_sums(which, which);  // dw, db (, d x_bias)
+  if constexpr (kDxRegs > 0) {
+    // d(x)'s register sums through each warp's dweight slice, read above: the same order.
+    __syncthreads();
+#pragma unroll
+    for (int q = 0; q < kDxRegs; ++q) {
+      const int64_t j = lane + q * kWarpSize;
+      if (j < chunks) {
+#pragma unroll
+        for (int k = 0; k < kV; ++k) sum_dw[slot_of<kV>(j, k)] = dx_sum[q][k];
+      }
+    }
+    __syncthreads();
+    write_sums(0, 2);
   }
 }
 
@@ -356,7 +411,7 @@ int backward_warps(int64_t channels, size_t slice_bytes, int sums) {
 std::vector<at::Tensor> residual_layernorm_backward_cuda(
     const at::Tensor& dy, const at::Tensor& d_new_residual, const at::Tensor& new_residual,
     const at::Tensor& weight, const at::Tensor& mean, const at::Tensor& rstd,
-    at::ScalarType x_dtype, bool x_bias_grad) {
+    at::ScalarType x_dtype, bool x_bias_grad, bool x_bias_sums_in_registers) {
   const c10::cuda::CUDAGuard guard(dy.device());
   const int64_t rows = new_residual.size(0), channels = new_residual.size(1);
   at::Tensor dh = at::empty_like(new_residual);
@@ -382,11 +437,13 @@ std::vector<at::Tensor> residual_layernorm_backward_cuda(
               using out_t = scalar_t;
               dispatch_x<T>(x_dtype, [&](auto tag) {
                 using X = typename decltype(tag)::type;
-                auto launch = [&](auto kernel, int vec) {
+                // dx_regs: the kernel keeps d x_bias's sums in registers (kDxRegs > 0).
+                auto launch = [&](auto kernel, int vec, bool dx_regs) {
                   const int64_t slice =
                       (channels / vec + kWarpSize - 1) / kWarpSize * kWarpSize * vec;
-                  const int warps = backward_warps(channels, slice * sizeof(acc_t), sums);
-                  const size_t smem = static_cast<size_t>(warps) * sums * slice * sizeof(acc_t);
+                  const int slices = dx_regs ? 2 : sums;
+                  const int warps = backward_warps(channels, slice * sizeof(acc_t), slices);
+                  const size_t smem = static_cast<size_t>(warps) * slices * slice * sizeof(acc_t);
                   C10_CUDA_CHECK(cudaFuncSetAttribute(
                       kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
                   int per_sm = 0;
@@ -412,9 +469,12 @@ std::vector<at::Tensor> residual_layernorm_backward_cuda(
                 constexpr int kV = kVec16<T>;
                 if (!vector_path<T, X, out_t>(channels, {&new_residual, &d_new_residual, &dh}, dx,
                                               dy, weight)) {
-                  launch(ln_backward_kernel<T, X, out_t, 1>, 1);
+                  launch(ln_backward_kernel<T, X, out_t, 1, 0>, 1, false);
+                } else if (x_bias_grad && x_bias_sums_in_registers && kDxChunks<T, out_t> > 0 &&
+                           channels / kV <= kWarpSize * kDxChunks<T, out_t>) {
+                  launch(ln_backward_kernel<T, X, out_t, kV, kDxChunks<T, out_t>>, kV, true);
                 } else {
-                  launch(ln_backward_kernel<T, X, out_t, kV>, kV);
+                  launch(ln_backward_kernel<T, X, out_t, kV, 0>, kV, false);
                 }
               });
             });

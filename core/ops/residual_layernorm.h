@@ -14,8 +14,8 @@
 //             out of that linear's GEMM and added here (new_residual = residual + (x + x_bias) in
 //             float), so its gradient, the column sum of d(x), comes from the backward's own pass
 //             over d(x) instead of a separate reduction kernel reading it again (on an H200 the
-//             op's fwd+bwd is then at parity with the op plus that kernel, and the GPT-2 step,
-//             24 launches fewer, 0.6-0.7 % faster: bench/RESULTS.md section 6)
+//             op's fwd+bwd is then 2.2-2.4 % faster than the op plus that kernel, and the GPT-2
+//             step, 24 launches fewer, was 0.6-0.7 % faster: bench/RESULTS.md section 6)
 //   returns {new_residual, y}:
 //     new_residual: (N, C) residual's dtype, residual + x (+ x_bias) rounded once to that dtype
 //     y:            (N, C) out_dtype, (new_residual - mean) * rstd * weight + bias, the statistics
@@ -34,7 +34,9 @@
 //             into per-block partial sums in float, and a second small kernel sums the blocks'
 //             partials in a fixed order into dweight and dbias (deterministic: no atomics);
 //             with x_bias, the same pass and the same launch sum d(x) in float (d residual
-//             before any rounding to x's dtype) into d(x_bias).
+//             before any rounding to x's dtype) into d(x_bias), each lane's sums in registers
+//             for a float32 stream with a 16-bit y and C <= 1024 (GPT's), in shared memory
+//             otherwise.
 // Saved for backward: new_residual, weight, mean (N,) and rstd (N,) in float (float64 for
 // float64 activations). An unused output's gradient counts as zero. No double backward.
 // Autocast does not see this op (a custom Function): it runs in the dtypes given.
@@ -80,10 +82,13 @@ std::vector<at::Tensor> residual_layernorm_forward_cuda(
 /// Backward kernels' launcher. dy: (N, C) contiguous; d_new_residual: (N, C) contiguous or
 /// undefined (zero); x_dtype: x's dtype. Returns {d_residual, dweight, dbias, d_x, d_x_bias},
 /// d_x being d_residual itself when x_dtype is residual's, d_x_bias undefined unless x_bias_grad.
+/// x_bias_sums_in_registers = false sums d_x_bias in shared memory, as wider rows do, even where
+/// the kernel could keep those sums in registers (tests and the bench compare the two: the same
+/// bits).
 std::vector<at::Tensor> residual_layernorm_backward_cuda(
     const at::Tensor& dy, const at::Tensor& d_new_residual, const at::Tensor& new_residual,
     const at::Tensor& weight, const at::Tensor& mean, const at::Tensor& rstd,
-    at::ScalarType x_dtype, bool x_bias_grad = false);
+    at::ScalarType x_dtype, bool x_bias_grad = false, bool x_bias_sums_in_registers = true);
 /// Whether this build has the CUDA kernels.
 bool residual_layernorm_cuda_built();
 }  // namespace detail

@@ -15,7 +15,7 @@ std::vector<at::Tensor> residual_layernorm_forward_cuda(const at::Tensor&, const
 std::vector<at::Tensor> residual_layernorm_backward_cuda(const at::Tensor&, const at::Tensor&,
                                                          const at::Tensor&, const at::Tensor&,
                                                          const at::Tensor&, const at::Tensor&,
-                                                         at::ScalarType, bool) {
+                                                         at::ScalarType, bool, bool) {
   throw Error("residual_layernorm: this brrr was built without CUDA");
 }
 

@@ -349,5 +349,51 @@ TEST(ResidualLayerNormCudaTest, RegisterAndCachePathsGiveTheSameBits) {
   }
 }
 
+// The backward's two ways of summing x_bias's gradient, in registers (a float32 stream with a
+// 16-bit y, rows up to 1024 columns) and in a third shared-memory slice (any row), agree to float
+// rounding on every output (KernelsMatchTheReference checks the op's own path against the
+// reference). Not to the bit: the two kernels run at different occupancy, so a large N gives them
+// different grids (rows land in other blocks, partial sums add in another order), and ptxas may
+// contract a multiply and an add into an FMA in one instantiation and not in the other (seen on the
+// H200: d residual differed). The other cases take the slice both times.
+TEST(ResidualLayerNormCudaTest, XBiasSumsInRegistersAndSharedMemoryAgree) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  ASSERT_TRUE(detail::residual_layernorm_cuda_built());
+  SCOPED_TRACE("seed " + std::to_string(test::fresh_seed()));
+  for (const auto& [rows, channels, dtype, x_dtype] :
+       std::vector<std::tuple<int64_t, int64_t, at::ScalarType, at::ScalarType>>{
+           {4097, 768, at::kFloat, at::kBFloat16},  // GPT's
+           {33, 1024, at::kFloat, at::kFloat},      // 8 chunks a lane, the widest in registers
+           {65, 1000, at::kFloat, at::kHalf},
+           {65, 1000, at::kBFloat16, at::kBFloat16},
+           {9, 40, at::kHalf, at::kHalf},
+           {3, 2048, at::kFloat, at::kBFloat16}}) {  // too wide: both take the slice
+    SCOPED_TRACE(::testing::Message() << "N " << rows << " C " << channels << " " << dtype);
+    const Inputs in = make_inputs(rows, channels, dtype, at::Device(at::kCUDA), x_dtype, true);
+    const auto fwd = detail::residual_layernorm_forward_cuda(in.residual, in.x, in.weight, in.bias,
+                                                             kEps, at::kBFloat16, in.x_bias);
+    const at::Tensor dnew = at::randn({rows, channels}, in.weight.options()).to(dtype);
+    const at::Tensor dy = at::randn({rows, channels}, in.weight.options()).to(at::kBFloat16);
+    std::vector<std::vector<at::Tensor>> got;
+    for (const bool registers : {true, false}) {
+      test::poison(
+          {{{rows, channels}, dtype}, {{rows, channels}, x_dtype}, {{channels}, at::kFloat}},
+          in.weight.device());
+      got.push_back(detail::residual_layernorm_backward_cuda(
+          dy, dnew, fwd[0], in.weight, fwd[2], fwd[3], x_dtype, /*x_bias_grad=*/true, registers));
+    }
+    const char* const names[] = {"d residual", "d weight", "d bias", "d x", "d x_bias"};
+    for (size_t i = 0; i < got[0].size(); ++i) {
+      const at::Tensor& regs = got[0][i];
+      ASSERT_TRUE(regs.defined()) << names[i];
+      EXPECT_TRUE(regs.isfinite().all().item<bool>()) << names[i] << ": poison left";
+      // float32: rounding only (a sum that missed a chunk or a row is off by far more); a 16-bit
+      // d x may round the other way where d residual moved by an ulp.
+      EXPECT_LT(rel_error(regs, got[1][i]), regs.scalar_type() == at::kFloat ? 1e-5 : 1e-2)
+          << names[i];
+    }
+  }
+}
+
 }  // namespace
 }  // namespace brrr
