@@ -10,7 +10,9 @@
 // Prints CSV `op,impl,pass,ms,gb_per_s`: pass `fwd` or `fwd+bwd`; gb_per_s counts the fewest bytes
 // the op must move (each input read once, each output written once), so it compares with the
 // copy ceiling. An impl ending in `_graph` is the same work captured in a CUDA graph and
-// replayed: the kernels' GPU time without the host's dispatch (see graph_ms).
+// replayed: the kernels' GPU time without the host's dispatch (see graph_ms); `_graph_per_call`
+// is a call's share of a graph of kCallsPerGraph calls on their own inputs, the graph's launch
+// spread over them: what the op costs inside a graphed step (see graph_ms_per_call).
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
@@ -67,19 +69,24 @@ double time_ms(
 // The backward passes are timed through torch::autograd::grad, which returns the gradients
 // instead of adding them into .grad: no accumulation kernels inside the measured work.
 //
-// Median milliseconds of fn's GPU work alone: fn captured once in a CUDA graph (after a warm-up
-// on the capture stream) and the graph replayed between events, so host dispatch and autograd's
-// hand-offs to its device thread are outside the measurement: what the kernels take inside a
-// graphed step, and the time a kernel's bytes are measured against.
-double graph_ms(const std::function<void()>& fn, int repeats) {
+// Median milliseconds a call of fn(i) takes inside a CUDA graph, the time a kernel's bytes are
+// measured against: fn(0), ..., fn(calls - 1) captured one after another in one graph (after a
+// warm-up on the capture stream), as a graphed step runs them, and the replay timed between events
+// and divided by calls. Host dispatch and autograd's hand-offs to its device thread are outside
+// the measurement. With calls = 1 (graph_ms) the time also holds the graph's launch, a few
+// microseconds that weigh on ops of ten. fn(i) should read its own (i-th) set of inputs, so that
+// the calls do not find each other's data in L2 (50 MB on an H200).
+double graph_ms_per_call(const std::function<void(int)>& fn, int calls, int repeats) {
   const at::cuda::CUDAStream side = at::cuda::getStreamFromPool();
   side.synchronize();
   at::cuda::getCurrentCUDAStream().synchronize();
   const c10::cuda::CUDAStreamGuard guard(side);
-  for (int i = 0; i < 3; ++i) fn();
+  for (int i = 0; i < 3; ++i) {
+    for (int c = 0; c < calls; ++c) fn(c);
+  }
   at::cuda::CUDAGraph graph;
   graph.capture_begin();
-  fn();
+  for (int c = 0; c < calls; ++c) fn(c);
   graph.capture_end();
   std::vector<double> ms;
   for (int i = 0; i < repeats; ++i) {
@@ -88,11 +95,20 @@ double graph_ms(const std::function<void()>& fn, int repeats) {
     graph.replay();
     stop.record();
     stop.synchronize();
-    ms.push_back(start.elapsed_time(stop));
+    ms.push_back(start.elapsed_time(stop) / calls);
   }
   std::nth_element(ms.begin(), ms.begin() + static_cast<std::ptrdiff_t>(ms.size() / 2), ms.end());
   return ms[ms.size() / 2];
 }
+
+// Median milliseconds of fn's GPU work alone: fn captured once in a CUDA graph and the graph
+// replayed (graph_ms_per_call with one call).
+double graph_ms(const std::function<void()>& fn, int repeats) {
+  return graph_ms_per_call([&](int) { fn(); }, 1, repeats);
+}
+
+// Calls a _per_call row captures (graph_ms_per_call), each on its own inputs.
+constexpr int kCallsPerGraph = 8;
 
 struct Out {
   std::FILE* file = nullptr;
@@ -237,32 +253,43 @@ void bench_residual_layernorm(Out& out, int repeats) {
 // pass over d(x); against the same with the bias in the GEMM and its gradient summed apart (ATen's
 // reduction, or brrr's column_sum: the fused path before x_bias).
 void bench_residual_bias(Out& out, int repeats) {
-  const at::Tensor res = randn({kRows, kC}, at::kFloat).requires_grad_(true);
-  const at::Tensor x = randn({kRows, kC}, at::kBFloat16).requires_grad_(true);
-  const at::Tensor xb = randn({kC}, at::kFloat).requires_grad_(true);
-  const at::Tensor w = randn({kC}, at::kFloat).requires_grad_(true);
-  const at::Tensor b = randn({kC}, at::kFloat).requires_grad_(true);
-  const at::Tensor dy = randn({kRows, kC}, at::kBFloat16);
-  const at::Tensor dres = randn({kRows, kC}, at::kFloat);
+  struct Inputs {
+    at::Tensor res, x, xb, w, b, dy, dres;
+  };
+  std::vector<Inputs> sets;  // kCallsPerGraph of them, for the _per_call rows
+  for (int i = 0; i < kCallsPerGraph; ++i) {
+    sets.push_back({randn({kRows, kC}, at::kFloat).requires_grad_(true),
+                    randn({kRows, kC}, at::kBFloat16).requires_grad_(true),
+                    randn({kC}, at::kFloat).requires_grad_(true),
+                    randn({kC}, at::kFloat).requires_grad_(true),
+                    randn({kC}, at::kFloat).requires_grad_(true), randn({kRows, kC}, at::kBFloat16),
+                    randn({kRows, kC}, at::kFloat)});
+  }
   // fwd: read res (4 B), x (2), write new_res (4), y (2); bwd: read dy (2), d_new (4), new_res (4),
   // write d_res (4), d_x (2).
   const double n = static_cast<double>(kRows * kC), fwd_bytes = n * 12, bytes = n * 28;
-  auto eager = [&](bool backward) {  // the bias already in x, as the GEMM's epilogue adds it
-    const at::Tensor h = res + x;
-    const at::Tensor y = at::layer_norm(h, {kC}, w, b, 1e-5).to(at::kBFloat16);
+  auto eager = [&](bool backward,
+                   int i = 0) {  // the bias already in x, as the GEMM's epilogue adds it
+    const Inputs& in = sets[i];
+    const at::Tensor h = in.res + in.x;
+    const at::Tensor y = at::layer_norm(h, {kC}, in.w, in.b, 1e-5).to(at::kBFloat16);
     if (!backward) return;
-    const auto g = torch::autograd::grad({y, h}, {res, x, w, b}, {dy, dres});
+    const auto g = torch::autograd::grad({y, h}, {in.res, in.x, in.w, in.b}, {in.dy, in.dres});
     at::sum(g[1], 0);
   };
-  auto separate = [&](bool backward) {
-    auto [h, y] = brrr::residual_layernorm(res, x, w, b, 1e-5, at::kBFloat16);
+  auto separate = [&](bool backward, int i = 0) {
+    const Inputs& in = sets[i];
+    auto [h, y] = brrr::residual_layernorm(in.res, in.x, in.w, in.b, 1e-5, at::kBFloat16);
     if (!backward) return;
-    const auto g = torch::autograd::grad({y, h}, {res, x, w, b}, {dy, dres});
+    const auto g = torch::autograd::grad({y, h}, {in.res, in.x, in.w, in.b}, {in.dy, in.dres});
     brrr::column_sum(g[1]);
   };
-  auto fused = [&](bool backward) {
-    auto [h, y] = brrr::residual_layernorm(res, x, w, b, 1e-5, at::kBFloat16, xb);
-    if (backward) torch::autograd::grad({y, h}, {res, x, w, b, xb}, {dy, dres});
+  auto fused = [&](bool backward, int i = 0) {
+    const Inputs& in = sets[i];
+    auto [h, y] = brrr::residual_layernorm(in.res, in.x, in.w, in.b, 1e-5, at::kBFloat16, in.xb);
+    if (backward) {
+      torch::autograd::grad({y, h}, {in.res, in.x, in.w, in.b, in.xb}, {in.dy, in.dres});
+    }
   };
   for (const bool bwd : {false, true}) {
     const char* pass = bwd ? "fwd+bwd" : "fwd";
@@ -273,6 +300,31 @@ void bench_residual_bias(Out& out, int repeats) {
     out.row("residual_bias", "brrr_separate_graph", pass, graph_ms([&] { separate(bwd); }, repeats),
             nbytes);
     out.row("residual_bias", "brrr_graph", pass, graph_ms([&] { fused(bwd); }, repeats), nbytes);
+    out.row("residual_bias", "brrr_separate_graph_per_call", pass,
+            graph_ms_per_call([&](int i) { separate(bwd, i); }, kCallsPerGraph, repeats), nbytes);
+    out.row("residual_bias", "brrr_graph_per_call", pass,
+            graph_ms_per_call([&](int i) { fused(bwd, i); }, kCallsPerGraph, repeats), nbytes);
+  }
+  // The backward kernels alone (with their sum_partials launch), x_bias's sums in registers (the
+  // op's path at C = 768) and in a third shared-memory slice (what it was before).
+  std::vector<std::vector<at::Tensor>> saved;  // new_res, y, mean, rstd of each set
+  for (const Inputs& in : sets) {
+    saved.push_back(brrr::detail::residual_layernorm_forward_cuda(
+        in.res.detach(), in.x.detach(), in.w.detach(), in.b.detach(), 1e-5, at::kBFloat16,
+        in.xb.detach()));
+  }
+  for (const bool registers : {true, false}) {
+    auto backward = [&](int i) {
+      const auto& f = saved[i];
+      brrr::detail::residual_layernorm_backward_cuda(sets[i].dy, sets[i].dres, f[0],
+                                                     sets[i].w.detach(), f[2], f[3], at::kBFloat16,
+                                                     true, registers);
+    };
+    const std::string impl = registers ? "kernel_dxb_registers" : "kernel_dxb_shared";
+    out.row("residual_bias", impl + "_graph", "bwd", graph_ms([&] { backward(0); }, repeats),
+            bytes - fwd_bytes);
+    out.row("residual_bias", impl + "_graph_per_call", "bwd",
+            graph_ms_per_call(backward, kCallsPerGraph, repeats), bytes - fwd_bytes);
   }
 }
 
@@ -493,6 +545,20 @@ void bench_bias_grad(Out& out, int repeats) {
     // A device-to-device copy of the same bytes: what a pass over this little data can reach.
     at::Tensor copy = at::empty_like(g);
     out.row(op.c_str(), "copy_graph", "bwd", graph_ms([&] { copy.copy_(g); }, repeats), 2 * bytes);
+    // The same, a call's share of kCallsPerGraph in one graph, each on its own gradient.
+    std::vector<at::Tensor> gs, copies;
+    for (int i = 0; i < kCallsPerGraph; ++i) {
+      gs.push_back(randn({kRows, cols}, at::kBFloat16));
+      copies.push_back(at::empty_like(gs.back()));
+    }
+    out.row(op.c_str(), "eager_graph_per_call", "bwd",
+            graph_ms_per_call([&](int i) { at::sum(gs[i], 0); }, kCallsPerGraph, repeats), bytes);
+    out.row(op.c_str(), "brrr_graph_per_call", "bwd",
+            graph_ms_per_call([&](int i) { brrr::column_sum(gs[i]); }, kCallsPerGraph, repeats),
+            bytes);
+    out.row(op.c_str(), "copy_graph_per_call", "bwd",
+            graph_ms_per_call([&](int i) { copies[i].copy_(gs[i]); }, kCallsPerGraph, repeats),
+            2 * bytes);
   }
 }
 
