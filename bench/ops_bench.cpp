@@ -268,8 +268,8 @@ void bench_residual_bias(Out& out, int repeats) {
   // fwd: read res (4 B), x (2), write new_res (4), y (2); bwd: read dy (2), d_new (4), new_res (4),
   // write d_res (4), d_x (2).
   const double n = static_cast<double>(kRows * kC), fwd_bytes = n * 12, bytes = n * 28;
-  auto eager = [&](bool backward,
-                   int i = 0) {  // the bias already in x, as the GEMM's epilogue adds it
+  // Eager: the bias already in x, as the GEMM's epilogue adds it.
+  auto eager = [&](bool backward, int i = 0) {
     const Inputs& in = sets[i];
     const at::Tensor h = in.res + in.x;
     const at::Tensor y = at::layer_norm(h, {kC}, in.w, in.b, 1e-5).to(at::kBFloat16);

@@ -203,12 +203,7 @@ __global__ void __launch_bounds__(kBwdMaxWarps* kWarpSize, kDxRegs > 0 ? 4 : 1)
   acc_t* const sum_db = sum_dw + slice;
   acc_t* const sum_dx = sum_db + slice;  // used when sums == 3 and kDxRegs == 0
   const bool x_bias_grad = sums == 3;
-  acc_t dx_sum[kDxRegs > 0 ? kDxRegs : 1][kV];
-#pragma unroll
-  for (int q = 0; q < (kDxRegs > 0 ? kDxRegs : 1); ++q) {
-#pragma unroll
-    for (int k = 0; k < kV; ++k) dx_sum[q][k] = 0;
-  }
+  acc_t dx_sum[kDxRegs > 0 ? kDxRegs : 1][kV] = {};
   const int64_t chunks = channels / kV;
   for (int64_t j = lane; j < chunks; j += kWarpSize) {
 #pragma unroll
