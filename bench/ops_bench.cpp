@@ -559,6 +559,13 @@ void bench_bias_grad(Out& out, int repeats) {
     out.row(op.c_str(), "copy_graph_per_call", "bwd",
             graph_ms_per_call([&](int i) { copies[i].copy_(gs[i]); }, kCallsPerGraph, repeats),
             2 * bytes);
+    // column_sum's two-launch path (partials, then sum_partials) where it takes one launch.
+    out.row(op.c_str(), "brrr_two_launches_graph_per_call", "bwd",
+            graph_ms_per_call([&](int i) { brrr::detail::column_sum_cuda(gs[i], false); },
+                              kCallsPerGraph, repeats),
+            bytes);
+    out.row(op.c_str(), "brrr_two_launches_graph", "bwd",
+            graph_ms([&] { brrr::detail::column_sum_cuda(g, false); }, repeats), bytes);
   }
 }
 

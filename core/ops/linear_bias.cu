@@ -1,9 +1,13 @@
-// column_sum's CUDA kernel (see linear_bias.h for the op and the launch shape).
+// column_sum's CUDA kernels (see linear_bias.h for the op and the launch shapes).
 //
-// Grid: x over slabs of 32 * kV columns, y over chunks of rows, sized so that about 4 blocks an
-// SM run at once (a GPT-2 bias gradient, 16384 x 768 bf16: 3 slabs x 176 chunks of 94 rows).
-// Bound by memory: the gradient is read once with 16-byte loads; the partials (chunks x C floats)
-// are a few hundred KB.
+// One launch on Hopper (sm_90 and later): clusters of 8 blocks, each cluster owning a slab of
+// 4 * kV columns over all rows (a GPT-2 bias gradient, 16384 x 768 bf16: 24 clusters, 192 blocks).
+// Each block adds its share of the rows, and the cluster's 8 block sums meet through distributed
+// shared memory: no partials in global memory and no second launch.
+// Two launches otherwise: a grid x over slabs of 32 * kV columns, y over chunks of rows, sized so
+// that about 4 blocks an SM run at once, writes (chunks, C) float partials, and
+// sum_partials_kernel adds them (3 slabs x 176 chunks of 94 rows at 16384 x 768 bf16).
+// Bound by memory: the gradient is read once with 16-byte loads.
 #include <ATen/Dispatch.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
@@ -11,7 +15,11 @@
 
 #include <ATen/ATen.h>
 
+#include <cooperative_groups.h>
+
 #include <algorithm>
+#include <map>
+#include <mutex>
 
 #include "core/ops/kernel_utils.cuh"
 #include "core/ops/linear_bias.h"
@@ -59,9 +67,151 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
   }
 }
 
+// The one-launch path. A warp's lanes: kRowLanes over rows, 4 over the slab's columns (4 * kV
+// columns, 64 bytes of a row); a block's warps and the cluster's blocks interleave over the rows,
+// so each thread adds every (kClusterBlocks * kClusterWarps * kRowLanes)-th row of its columns,
+// with 8 rows' loads in flight. The sums then meet in a fixed order: the row lanes by shuffles,
+// the warps in shared memory, the blocks by rank 0 reading the others' shared memory.
+constexpr int kClusterBlocks = 8;  // the portable maximum
+constexpr int kClusterWarps = 8;
+constexpr int kRowLanes = 8;
+constexpr int kColLanes = kWarpSize / kRowLanes;
+
+template <typename T, int kV>
+__global__ void __launch_bounds__(kClusterWarps* kWarpSize)
+    column_sum_cluster_kernel(const T* __restrict__ t,  // (N, C)
+                              T* __restrict__ out,      // (C,)
+                              int64_t rows, int64_t cols) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  using acc_t = acc_type<T>;
+  constexpr int kSlab = kColLanes * kV;
+  static_assert(sizeof(Vec<T, kV>) == sizeof(uint4), "a lane's columns are one 16-byte load");
+  __shared__ acc_t warp_sums[kClusterWarps][kSlab];
+  __shared__ acc_t block_sum[kSlab];
+  namespace cg = cooperative_groups;
+  const cg::cluster_group cluster = cg::this_cluster();
+  const auto rank = static_cast<int>(cluster.block_rank());
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int row_lane = lane / kColLanes, col_lane = lane % kColLanes;
+  const int64_t col = static_cast<int64_t>(blockIdx.x) * kSlab + col_lane * kV;
+  acc_t acc[kV] = {};
+  if (col < cols) {  // cols % kV == 0: the lane's kV columns all exist
+    // kUnroll rows' loads issued before any is added: the bytes in flight that keep HBM busy.
+    constexpr int kUnroll = 8;
+    constexpr int64_t kStep = int64_t{kClusterBlocks} * kClusterWarps * kRowLanes;
+    for (int64_t r = (static_cast<int64_t>(rank) * kClusterWarps + warp) * kRowLanes + row_lane;
+         r < rows; r += kUnroll * kStep) {
+      uint4 raw[kUnroll];  // kV elements of T are 16 bytes
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        raw[u] = r + u * kStep < rows
+                     ? *reinterpret_cast<const uint4*>(t + (r + u * kStep) * cols + col)
+                     : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        Vec<T, kV> v;
+        memcpy(&v, &raw[u], sizeof(v));
+#pragma unroll
+        for (int k = 0; k < kV; ++k) acc[k] += static_cast<acc_t>(v.v[k]);
+      }
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kV; ++k) {
+    for (int offset = kColLanes; offset < kWarpSize; offset *= 2) {
+      acc[k] += __shfl_xor_sync(0xffffffffu, acc[k], offset);
+    }
+  }
+  if (row_lane == 0) {
+#pragma unroll
+    for (int k = 0; k < kV; ++k) warp_sums[warp][col_lane * kV + k] = acc[k];
+  }
+  __syncthreads();
+  if (threadIdx.x < kSlab) {
+    acc_t s = 0;
+#pragma unroll
+    for (int w = 0; w < kClusterWarps; ++w) s += warp_sums[w][threadIdx.x];
+    block_sum[threadIdx.x] = s;
+  }
+  cluster.sync();  // every block's block_sum is written
+  if (rank == 0 && threadIdx.x < kSlab) {
+    acc_t total = 0;
+#pragma unroll
+    for (int b = 0; b < kClusterBlocks; ++b)
+      total += cluster.map_shared_rank(block_sum, b)[threadIdx.x];
+    const int64_t c = static_cast<int64_t>(blockIdx.x) * kSlab + threadIdx.x;
+    if (c < cols) out[c] = static_cast<T>(total);
+  }
+  cluster.sync();  // no block leaves (freeing its shared memory) before rank 0 has read it
+#endif
+}
+
+// A launch of column_sum_cluster_kernel: `slabs` clusters of kClusterBlocks blocks.
+struct ClusterLaunch {
+  cudaLaunchAttribute cluster{};
+  cudaLaunchConfig_t config{};
+  ClusterLaunch(int64_t slabs, cudaStream_t stream) {
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = 1;
+    cluster.val.clusterDim.y = kClusterBlocks;
+    cluster.val.clusterDim.z = 1;
+    config.gridDim = dim3(static_cast<unsigned>(slabs), kClusterBlocks);
+    config.blockDim = dim3(kClusterWarps * kWarpSize);
+    config.stream = stream;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+  }
+  ClusterLaunch(const ClusterLaunch&) = delete;
+  ClusterLaunch& operator=(const ClusterLaunch&) = delete;
+};
+
+// How many clusters of `kernel` run at once on `device`, asked once a device; 0 where it cannot
+// run its cluster body there: a GPU before sm_90, or a build whose newest code for the GPU is
+// older PTX (JIT-compiled without that body).
+template <typename Kernel>
+int64_t cluster_capacity(Kernel kernel, int device) {
+  static std::mutex mutex;
+  static std::map<int, int64_t> known;
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto it = known.find(device);
+  if (it != known.end()) return it->second;
+  int clusters = 0;
+  cudaFuncAttributes attrs{};
+  C10_CUDA_CHECK(cudaFuncGetAttributes(&attrs, kernel));
+  if (at::cuda::getDeviceProperties(device)->major >= 9 && attrs.binaryVersion >= 90) {
+    const ClusterLaunch launch(1, nullptr);
+    C10_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &launch.config));
+  }
+  return known[device] = clusters;
+}
+
+// The number of slabs column_sum_cluster_kernel takes for t, or 0 where t takes two launches.
+// One cluster a slab, when the clusters fill every SM (C >= 544 bf16 on an H200) and all run at
+// once (C <= 1984 bf16 on an H200, 62 clusters; at C = 2304 two waves were slower than two
+// launches).
+template <typename T>
+int64_t cluster_slabs(const at::Tensor& t) {
+  constexpr int kV = kVec16<T>;
+  const int64_t cols = t.size(1);
+  if (cols % kV != 0 || !is_aligned(t.data_ptr(), 16)) return 0;
+  const int64_t slabs = (cols + kColLanes * kV - 1) / (kColLanes * kV);
+  const int64_t sms = at::cuda::getDeviceProperties(t.get_device())->multiProcessorCount;
+  if (slabs * kClusterBlocks < sms) return 0;
+  return slabs <= cluster_capacity(column_sum_cluster_kernel<T, kV>, t.get_device()) ? slabs : 0;
+}
+
 }  // namespace
 
-at::Tensor column_sum_cuda(const at::Tensor& t) {
+bool column_sum_takes_one_launch(const at::Tensor& t) {
+  const c10::cuda::CUDAGuard guard(t.device());
+  bool one = false;
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, t.scalar_type(), "column_sum",
+                                  [&] { one = cluster_slabs<scalar_t>(t) > 0; });
+  return one;
+}
+
+at::Tensor column_sum_cuda(const at::Tensor& t, bool one_launch) {
   const c10::cuda::CUDAGuard guard(t.device());
   const int64_t rows = t.size(0), cols = t.size(1);
   at::Tensor out = at::empty({cols}, t.options());
@@ -87,7 +237,14 @@ at::Tensor column_sum_cuda(const at::Tensor& t) {
       C10_CUDA_KERNEL_LAUNCH_CHECK();
       launch_sum_partials(partial.data_ptr<acc_t>(), out.data_ptr<T>(), chunks, cols, cols, stream);
     };
-    if (cols % kVec16<T> == 0 && is_aligned(t.data_ptr(), 16)) {
+    if (const int64_t slabs = one_launch ? cluster_slabs<T>(t) : 0; slabs > 0) {
+      const ClusterLaunch cluster(slabs, stream);
+      C10_CUDA_CHECK(cudaLaunchKernelEx(&cluster.config, column_sum_cluster_kernel<T, kVec16<T>>,
+                                        t.data_ptr<T>(), out.data_ptr<T>(), rows, cols));
+      return;
+    }
+    const bool vector = cols % kVec16<T> == 0 && is_aligned(t.data_ptr(), 16);
+    if (vector) {
       launch(column_partials_kernel<T, kVec16<T>>, kVec16<T>);
     } else {
       launch(column_partials_kernel<T, 1>, 1);

@@ -29,19 +29,28 @@ at::Tensor linear_bias(const at::Tensor& x, const at::Tensor& weight, const at::
 /// Column sums of a 2-D tensor: (N, C) -> (C,) in its dtype, accumulated in float (double for
 /// double), as at::sum(t, 0). CUDA tensors take the kernel in a build with CUDA; others at::sum.
 ///
-/// Kernel (linear_bias.cu): blocks of 8 warps own a slab of 32 * kV columns (kV = elements of
-/// 16 bytes) and a chunk of rows; each lane adds kV columns of the warp's rows with 16-byte loads
-/// (a warp reads 512 consecutive bytes of a row), the 8 warps' sums meet in shared memory in a
-/// fixed order, and sum_partials_kernel adds the chunks in order: deterministic, no atomics.
-/// C % kV != 0 or misaligned rows take the same kernel one element a lane.
+/// Kernels (linear_bias.cu), deterministic (a fixed order of additions, no atomics):
+/// - one launch on sm_90 and later, for 16-byte aligned rows with C % kV == 0 (kV = elements of
+///   16 bytes) and as many slabs of 4 * kV columns as fill the SMs and run at once (544 <= C <=
+///   1984 bf16 on an H200): clusters of 8 blocks, each cluster a slab over all rows; a warp reads
+///   8 rows of 64 bytes at a time, and the 8 blocks' sums meet in rank 0 through distributed
+///   shared memory.
+/// - two launches otherwise: blocks of 8 warps own a slab of 32 * kV columns and a chunk of rows
+///   (a warp reads 512 consecutive bytes of a row), write float partials (chunks, C), and
+///   sum_partials_kernel adds the chunks in order. C % kV != 0 or misaligned rows take this one
+///   element a lane.
 at::Tensor column_sum(const at::Tensor& t);
 
 namespace detail {
 /// The autograd Function on any device (arguments checked and already in one dtype).
 at::Tensor linear_bias_function(const at::Tensor& x, const at::Tensor& weight,
                                 const at::Tensor& bias);
-/// column_sum's kernel launcher: t (N, C) contiguous CUDA float/bf16/fp16/double.
-at::Tensor column_sum_cuda(const at::Tensor& t);
+/// column_sum's kernel launcher: t (N, C) contiguous CUDA float/bf16/fp16/double. one_launch =
+/// false takes the two-launch path where the one-launch path would run (the bench and a test
+/// compare them).
+at::Tensor column_sum_cuda(const at::Tensor& t, bool one_launch = true);
+/// Whether column_sum_cuda(t) takes the one-launch path on t's device.
+bool column_sum_takes_one_launch(const at::Tensor& t);
 /// Whether this build has the CUDA kernel.
 bool linear_bias_cuda_built();
 }  // namespace detail

@@ -5,8 +5,12 @@
 
 namespace brrr::detail {
 
-at::Tensor column_sum_cuda(const at::Tensor&) {
+at::Tensor column_sum_cuda(const at::Tensor&, bool) {
   throw Error("column_sum: this brrr was built without CUDA");
+}
+
+bool column_sum_takes_one_launch(const at::Tensor&) {
+  return false;
 }
 
 bool linear_bias_cuda_built() {

@@ -12,12 +12,21 @@
 #include <string>
 #include <vector>
 
+#include "core/device_info.h"
 #include "tests/core/ops/ops_test_util.h"
 
 namespace brrr {
 namespace {
 
 using test::rel_error;
+
+// A column sum in `dtype` against float64: the result's rounding to the dtype.
+double column_sum_tolerance(at::ScalarType dtype) {
+  return dtype == at::kBFloat16 ? 1e-2
+         : dtype == at::kHalf   ? 2e-3
+         : dtype == at::kFloat  ? 1e-5
+                                : 1e-12;
+}
 
 struct Grads {
   at::Tensor y, dx, dw, db;
@@ -137,10 +146,7 @@ TEST(LinearBiasCudaTest, ColumnSumMatchesAFloat64Sum) {
         test::poison({{{cols}, dtype}}, cuda);
         const at::Tensor got = column_sum(t);
         ASSERT_EQ(got.scalar_type(), dtype);
-        const double tol = dtype == at::kBFloat16 ? 1e-2
-                           : dtype == at::kHalf   ? 2e-3
-                           : dtype == at::kFloat  ? 1e-5
-                                                  : 1e-12;
+        const double tol = column_sum_tolerance(dtype);
         EXPECT_LT(rel_error(got.to(at::kDouble), want), tol);
       }
     }
@@ -148,6 +154,46 @@ TEST(LinearBiasCudaTest, ColumnSumMatchesAFloat64Sum) {
   // Run to run identical (fixed order, no atomics).
   const at::Tensor t = at::randn({16384, 768}, at::TensorOptions().device(cuda)).to(at::kBFloat16);
   EXPECT_TRUE(at::equal(column_sum(t), column_sum(t)));
+}
+
+// On Hopper the bias gradient of GPT's 768-wide layers takes one launch (clusters of 8 blocks);
+// the two-launch path (partials, then their sum) is what other devices and shapes take. Both
+// against a float64 sum, at 24 slabs of 64 bytes (768 bf16/fp16 columns, 384 float, 192 double:
+// one launch on an H200), with rows that leave some of a cluster's warps and unrolled loads
+// without a row.
+TEST(LinearBiasCudaTest, OneLaunchAndTwoLaunchesBothMatchAFloat64Sum) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  SCOPED_TRACE("seed " + std::to_string(test::fresh_seed()));
+  const at::Device cuda(at::kCUDA);
+  const bool hopper = detail::cuda_compute_capability_major(0) >= 9;
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf, at::kDouble}) {
+    const int64_t cols = 24 * 64 / static_cast<int64_t>(c10::elementSize(dtype));
+    for (const int64_t rows : {16384, 4097, 3, 100003}) {
+      SCOPED_TRACE(::testing::Message() << rows << " x " << cols << " " << dtype);
+      const at::Tensor t =
+          at::randn({rows, cols}, at::TensorOptions().device(cuda)).add_(0.5).to(dtype);
+      if (hopper) {
+        EXPECT_TRUE(detail::column_sum_takes_one_launch(t));
+      }
+      const at::Tensor want = t.to(at::kDouble).sum(0);
+      const double tol = column_sum_tolerance(dtype);
+      for (bool one_launch : {true, false}) {
+        SCOPED_TRACE(one_launch ? "one launch" : "two launches");
+        test::poison({{{cols}, dtype}}, cuda);
+        const at::Tensor got = detail::column_sum_cuda(t, one_launch);
+        ASSERT_EQ(got.scalar_type(), dtype);
+        ASSERT_TRUE(at::isfinite(got).all().item<bool>());
+        EXPECT_LT(rel_error(got.to(at::kDouble), want), tol);
+        EXPECT_TRUE(at::equal(got, detail::column_sum_cuda(t, one_launch)));  // run to run
+      }
+    }
+  }
+  // Too few slabs to fill the SMs, too many to run at once, misaligned rows: two launches.
+  const auto bf16 = at::TensorOptions().device(cuda).dtype(at::kBFloat16);
+  EXPECT_FALSE(detail::column_sum_takes_one_launch(at::ones({16384, 40}, bf16)));
+  EXPECT_FALSE(detail::column_sum_takes_one_launch(at::ones({16384, 50304}, bf16)));
+  EXPECT_FALSE(detail::column_sum_takes_one_launch(
+      at::ones({16384 * 768 + 1}, bf16).narrow(0, 1, 768 * 16384).view({16384, 768})));
 }
 
 TEST(LinearBiasCudaTest, UnderBf16AutocastMatchesAtLinear) {
