@@ -3,7 +3,10 @@
 at the same shapes and dtypes, timed the same way (CUDA events, median of --repeats runs after 3
 warm-up runs; backward passes through torch.autograd.grad, no accumulation into .grad). Prints CSV `op,impl,pass,ms,gb_per_s` with impl `torch_eager` / `torch_compile`.
 
-    python3 bench/torch_ops.py [--repeats 20] [--csv FILE]
+    python3 bench/torch_ops.py [--repeats 20] [--csv FILE] [--only NAME,...]
+
+--only runs those benches alone (classifier, lm_head,
+residual_layernorm, residual_bias, bias_gelu, bias_grad, image_input).
 """
 import argparse
 import statistics
@@ -13,6 +16,8 @@ import torch
 import torch.nn.functional as F
 
 ROWS, C, V = 16 * 1024, 768, 50304
+DEV = "cuda"
+bf16 = torch.bfloat16
 
 
 def time_ms(fn, repeats, prepare=lambda: None):
@@ -31,26 +36,21 @@ def time_ms(fn, repeats, prepare=lambda: None):
     return statistics.median(times)
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--repeats", type=int, default=20)
-    ap.add_argument("--csv")
-    args = ap.parse_args()
-    if not torch.cuda.is_available():
-        sys.exit("torch_ops.py: needs a CUDA device")
-    rows = []
+def layernorm_inputs():
+    """GPT's residual stream (float32) and branch, a LayerNorm's parameters, the gradients."""
+    res = torch.randn(ROWS, C, device=DEV, requires_grad=True)
+    x = torch.randn(ROWS, C, device=DEV, requires_grad=True)
+    lw = torch.randn(C, device=DEV, requires_grad=True)
+    lb = torch.randn(C, device=DEV, requires_grad=True)
+    dy = torch.randn(ROWS, C, device=DEV, dtype=bf16)
+    dres = torch.randn(ROWS, C, device=DEV)
+    return res, x, lw, lb, dy, dres
 
-    def row(op, impl, pas, ms, nbytes):
-        gbs = nbytes / (ms * 1e-3) / 1e9 if nbytes else 0.0
-        rows.append(f"{op},{impl},{pas},{ms:.4f},{gbs:.1f}")
-        print(rows[-1], flush=True)
 
-    dev = "cuda"
-    bf16 = torch.bfloat16
-
-    # classifier: F.cross_entropy on the bf16 logits (GPT code calls it on logits.float())
-    source = torch.randn(ROWS, V, device=dev, dtype=bf16)
-    targets = torch.randint(0, V, (ROWS,), device=dev)
+def bench_classifier(row, repeats):
+    """F.cross_entropy on the bf16 logits (GPT code calls it on logits.float())."""
+    source = torch.randn(ROWS, V, device=DEV, dtype=bf16)
+    targets = torch.randint(0, V, (ROWS,), device=DEV)
     logits = source.clone().requires_grad_(True)
 
     def ce(z, t):
@@ -69,12 +69,15 @@ def main():
         def reset():
             logits.grad = None
 
-        row("classifier", impl, "fwd", time_ms(fwd, args.repeats, reset), nbytes)
-        row("classifier", impl, "fwd+bwd", time_ms(fwd_bwd, args.repeats, reset), 3 * nbytes)
+        row("classifier", impl, "fwd", time_ms(fwd, repeats, reset), nbytes)
+        row("classifier", impl, "fwd+bwd", time_ms(fwd_bwd, repeats, reset), 3 * nbytes)
 
-    # head + loss: y @ W^T -> cross-entropy -> d(y), d(W)
-    y = torch.randn(ROWS, C, device=dev, dtype=bf16, requires_grad=True)
-    w = torch.randn(V, C, device=dev, dtype=bf16, requires_grad=True)
+
+def bench_lm_head(row, repeats):
+    """Head + loss: y @ W^T -> cross-entropy -> d(y), d(W)."""
+    targets = torch.randint(0, V, (ROWS,), device=DEV)
+    y = torch.randn(ROWS, C, device=DEV, dtype=bf16, requires_grad=True)
+    w = torch.randn(V, C, device=DEV, dtype=bf16, requires_grad=True)
 
     def head(y, w, t):
         return F.cross_entropy((y @ w.t()).float(), t)
@@ -88,16 +91,12 @@ def main():
             y.grad = None
             w.grad = None
 
-        row("head+loss", impl, "fwd+bwd", time_ms(go, args.repeats, reset), 0)
-    del source, logits
+        row("head+loss", impl, "fwd+bwd", time_ms(go, repeats, reset), 0)
 
-    # residual add + LayerNorm (float32 residual stream, bf16 output for the next matmul)
-    res = torch.randn(ROWS, C, device=dev, requires_grad=True)
-    x = torch.randn(ROWS, C, device=dev, requires_grad=True)
-    lw = torch.randn(C, device=dev, requires_grad=True)
-    lb = torch.randn(C, device=dev, requires_grad=True)
-    dy = torch.randn(ROWS, C, device=dev, dtype=bf16)
-    dres = torch.randn(ROWS, C, device=dev)
+
+def bench_residual_layernorm(row, repeats):
+    """Residual add + LayerNorm (float32 stream, bf16 output for the next matmul)."""
+    res, x, lw, lb, dy, dres = layernorm_inputs()
 
     def res_ln(res, x, lw, lb):
         h = res + x
@@ -114,13 +113,18 @@ def main():
             h, out = f(res, x, lw, lb)
             torch.autograd.grad([out, h], [res, x, lw, lb], [dy, dres])
 
-        row("residual_layernorm", impl, "fwd", time_ms(fwd, args.repeats), n * 14)
-        row("residual_layernorm", impl, "fwd+bwd", time_ms(fwd_bwd, args.repeats), n * 28)
+        row("residual_layernorm", impl, "fwd", time_ms(fwd, repeats), n * 14)
+        row("residual_layernorm", impl, "fwd+bwd", time_ms(fwd_bwd, repeats), n * 28)
 
-    # the same with the branch in bf16 and its linear's bias (GPT's c_proj), whose gradient is the
-    # column sum of d x: torch.compile sees the bias add and may fuse that reduction
-    xh = torch.randn(ROWS, C, device=dev, dtype=bf16, requires_grad=True)
-    xb = torch.randn(C, device=dev, requires_grad=True)
+
+def bench_residual_bias(row, repeats):
+    """The same with the branch in bf16 plus its linear's bias (GPT's c_proj)."""
+    # the bias's gradient is the column sum of d x: torch.compile sees the bias add and may fuse
+    # that reduction
+    res, _, lw, lb, dy, dres = layernorm_inputs()
+    n = ROWS * C
+    xh = torch.randn(ROWS, C, device=DEV, dtype=bf16, requires_grad=True)
+    xb = torch.randn(C, device=DEV, requires_grad=True)
 
     def res_bias_ln(res, x, xb, lw, lb):
         h = res + (x + xb)
@@ -136,13 +140,15 @@ def main():
             h, out = f(res, xh, xb, lw, lb)
             torch.autograd.grad([out, h], [res, xh, xb, lw, lb], [dy, dres])
 
-        row("residual_bias", impl, "fwd", time_ms(fwd, args.repeats), n * 12)
-        row("residual_bias", impl, "fwd+bwd", time_ms(fwd_bwd, args.repeats), n * 28)
+        row("residual_bias", impl, "fwd", time_ms(fwd, repeats), n * 12)
+        row("residual_bias", impl, "fwd+bwd", time_ms(fwd_bwd, repeats), n * 28)
 
-    # bias + GELU(tanh) on the (N, 4C) activations
-    xg = torch.randn(ROWS, 4 * C, device=dev, dtype=bf16, requires_grad=True)
-    bg = torch.randn(4 * C, device=dev, requires_grad=True)
-    dyg = torch.randn(ROWS, 4 * C, device=dev, dtype=bf16)
+
+def bench_bias_gelu(row, repeats):
+    """Bias + GELU(tanh) on the (N, 4C) activations."""
+    xg = torch.randn(ROWS, 4 * C, device=DEV, dtype=bf16, requires_grad=True)
+    bg = torch.randn(4 * C, device=DEV, requires_grad=True)
+    dyg = torch.randn(ROWS, 4 * C, device=DEV, dtype=bf16)
 
     def bias_gelu(x, b):
         return F.gelu(x + b.to(bf16), approximate="tanh")
@@ -157,23 +163,27 @@ def main():
         def fwd_bwd():
             torch.autograd.grad(f(xg, bg), [xg, bg], dyg)
 
-        row("bias_gelu", impl, "fwd", time_ms(fwd, args.repeats), n * 4)
-        row("bias_gelu", impl, "fwd+bwd", time_ms(fwd_bwd, args.repeats), n * 10)
+        row("bias_gelu", impl, "fwd", time_ms(fwd, repeats), n * 4)
+        row("bias_gelu", impl, "fwd+bwd", time_ms(fwd_bwd, repeats), n * 10)
 
-    # a linear's bias gradient: column sums of d y, (N, C) bf16 -> (C,)
+
+def bench_bias_grad(row, repeats):
+    """A linear's bias gradient: column sums of d y, (N, C) bf16 -> (C,)."""
     def bias_grad(g):
         return g.sum(0)
 
     bias_grad_compiled = torch.compile(bias_grad)
     for cols in (C, 3 * C):
-        g = torch.randn(ROWS, cols, device=dev, dtype=bf16)
+        g = torch.randn(ROWS, cols, device=DEV, dtype=bf16)
         for impl, f in (("torch_eager", bias_grad), ("torch_compile", bias_grad_compiled)):
-            row(f"bias_grad_{cols}", impl, "bwd", time_ms(lambda: f(g), args.repeats), g.numel() * 2)
+            row(f"bias_grad_{cols}", impl, "bwd", time_ms(lambda: f(g), repeats), g.numel() * 2)
 
-    # image input: uint8 NCHW -> normalised bf16 channels-last
-    img = torch.randint(0, 256, (256, 3, 224, 224), device=dev, dtype=torch.uint8)
-    scale = torch.rand(3, device=dev).view(1, 3, 1, 1)
-    shift = torch.rand(3, device=dev).view(1, 3, 1, 1)
+
+def bench_image_input(row, repeats):
+    """Image input: uint8 NCHW -> normalised bf16 channels-last."""
+    img = torch.randint(0, 256, (256, 3, 224, 224), device=DEV, dtype=torch.uint8)
+    scale = torch.rand(3, device=DEV).view(1, 3, 1, 1)
+    shift = torch.rand(3, device=DEV).view(1, 3, 1, 1)
 
     def image_input(x):
         x = x.contiguous(memory_format=torch.channels_last)
@@ -181,8 +191,43 @@ def main():
 
     image_input_compiled = torch.compile(image_input)
     for impl, f in (("torch_eager", image_input), ("torch_compile", image_input_compiled)):
-        row("image_input", impl, "fwd", time_ms(lambda: f(img), args.repeats), img.numel() * 3)
+        row("image_input", impl, "fwd", time_ms(lambda: f(img), repeats), img.numel() * 3)
 
+
+BENCHES = {
+    "classifier": bench_classifier,
+    "lm_head": bench_lm_head,
+    "residual_layernorm": bench_residual_layernorm,
+    "residual_bias": bench_residual_bias,
+    "bias_gelu": bench_bias_gelu,
+    "bias_grad": bench_bias_grad,
+    "image_input": bench_image_input,
+}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--csv")
+    ap.add_argument("--only", default="", help="comma-separated: " + ",".join(BENCHES))
+    args = ap.parse_args()
+    only = [name for name in args.only.split(",") if name]
+    unknown = [name for name in only if name not in BENCHES]
+    if unknown:
+        sys.exit(f"torch_ops.py: --only: unknown bench {','.join(unknown)} "
+                 f"(known: {','.join(BENCHES)})")
+    if not torch.cuda.is_available():
+        sys.exit("torch_ops.py: needs a CUDA device")
+    rows = []
+
+    def row(op, impl, pas, ms, nbytes):
+        gbs = nbytes / (ms * 1e-3) / 1e9 if nbytes else 0.0
+        rows.append(f"{op},{impl},{pas},{ms:.4f},{gbs:.1f}")
+        print(rows[-1], flush=True)
+
+    for name, bench in BENCHES.items():
+        if not only or name in only:
+            bench(row, args.repeats)
     if args.csv:
         with open(args.csv, "w") as out:
             out.write("op,impl,pass,ms,gb_per_s\n" + "\n".join(rows) + "\n")
