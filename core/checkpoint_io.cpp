@@ -177,19 +177,22 @@ void write_archive(const std::string& path,
 ChecksumStatus verify_checkpoint_checksum(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    throw CheckpointError(fmt::format("cannot open checkpoint '{}': {}", path, std::strerror(errno)));
+    throw CheckpointError(
+        fmt::format("cannot open checkpoint '{}': {}", path, std::strerror(errno)));
   }
   const auto close_fd = c10::make_scope_exit([fd] { ::close(fd); });
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
-    throw CheckpointError(fmt::format("cannot stat checkpoint '{}': {}", path, std::strerror(errno)));
+    throw CheckpointError(
+        fmt::format("cannot stat checkpoint '{}': {}", path, std::strerror(errno)));
   }
   const auto size = static_cast<uint64_t>(st.st_size);
   if (size < kEocdSize + kCommentSize) return ChecksumStatus::kMissing;
   std::string end(kEocdSize + kCommentSize, '\0');
   if (::pread(fd, end.data(), end.size(), static_cast<off_t>(size - end.size())) !=
       static_cast<ssize_t>(end.size())) {
-    throw CheckpointError(fmt::format("cannot read checkpoint '{}': {}", path, std::strerror(errno)));
+    throw CheckpointError(
+        fmt::format("cannot read checkpoint '{}': {}", path, std::strerror(errno)));
   }
   const bool stamped = end.compare(0, 4, kEocdSignature, 4) == 0 &&
                        static_cast<unsigned char>(end[20]) == kCommentSize && end[21] == 0 &&
@@ -314,8 +317,9 @@ void CheckpointStore::load(const std::string& path,
     throw CheckpointError(fmt::format("checkpoint '{}' does not exist", path));
   }
   if (verify_checkpoint_checksum(path) == ChecksumStatus::kMissing) {
-    log::warn("checkpoint '{}' carries no checksum (written by an older brrr); loading it unverified",
-              path);
+    log::warn(
+        "checkpoint '{}' carries no checksum (written by an older brrr); loading it unverified",
+        path);
   }
   try {
     torch::serialize::InputArchive archive;

@@ -386,7 +386,8 @@ void apply_override(ExperimentConfig& config, const std::string& assignment) {
 std::string config_message(const ExperimentConfig& config, const std::string& key,
                            const std::string& what) {
   auto it = config.origins.find(key);
-  if (it == config.origins.end()) it = config.origins.find(key.substr(0, key.find('[')));  // its list
+  if (it == config.origins.end())
+    it = config.origins.find(key.substr(0, key.find('[')));  // its list
   if (it == config.origins.end() || it->second.empty()) {
     if (config.source_path.empty()) return fmt::format("{}: {}", key, what);
     return fmt::format("{}: {} (the default; set it in {})", key, what, config.source_path);

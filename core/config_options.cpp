@@ -53,17 +53,17 @@ const OptionMap::Value* OptionMap::find(const std::string& name) const {
 
 // One required and one defaulted read per kind; `Fallback` is how the header passes the default
 // (by value for scalars, by const reference otherwise).
-#define BRRR_OPTION_GETTERS(T, Fallback, getter)                                           \
-  T OptionMap::getter(const std::string& name) const {                                     \
-    const Value* v = find(name);                                                           \
-    if (v == nullptr) {                                                                    \
-      throw ConfigError(fmt::format("{}.{} is required but not set", key_, name));         \
-    }                                                                                      \
-    return decode<T>(*v, key_ + "." + name);                                               \
-  }                                                                                        \
-  T OptionMap::getter(const std::string& name, Fallback fallback) const {                  \
-    const Value* v = find(name);                                                           \
-    return v == nullptr ? fallback : decode<T>(*v, key_ + "." + name);                     \
+#define BRRR_OPTION_GETTERS(T, Fallback, getter)                                   \
+  T OptionMap::getter(const std::string& name) const {                             \
+    const Value* v = find(name);                                                   \
+    if (v == nullptr) {                                                            \
+      throw ConfigError(fmt::format("{}.{} is required but not set", key_, name)); \
+    }                                                                              \
+    return decode<T>(*v, key_ + "." + name);                                       \
+  }                                                                                \
+  T OptionMap::getter(const std::string& name, Fallback fallback) const {          \
+    const Value* v = find(name);                                                   \
+    return v == nullptr ? fallback : decode<T>(*v, key_ + "." + name);             \
   }
 
 BRRR_OPTION_GETTERS(int64_t, int64_t, get_int)

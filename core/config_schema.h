@@ -118,7 +118,8 @@ std::vector<std::string> child_names(const std::string& section);
 void check_value(const Field& field, const void* value, const std::string& key, const Where& where);
 bool values_equal(const Field& field, const void* a, const void* b);
 void copy_value(const Field& field, void* dst, const void* src);
-/// A short type name for docs: "int", "float", "bool", "string", "[int]", "[float]", "[transform]", "map".
+/// A short type name for docs: "int", "float", "bool", "string", "[int]", "[float]", "[transform]",
+/// "map".
 const char* kind_name(Kind kind);
 
 }  // namespace brrr::detail

@@ -20,16 +20,20 @@ c10::Device resolve_device(const std::string& name) {
   static const std::regex kCuda("cuda(:([0-9]+))?");
   std::smatch m;
   if (!std::regex_match(name, m, kCuda)) {
-    throw ConfigError(fmt::format("run.device: expected auto, cpu, cuda or cuda:N, got '{}'", name));
+    throw ConfigError(
+        fmt::format("run.device: expected auto, cpu, cuda or cuda:N, got '{}'", name));
   }
   const int64_t count = static_cast<int64_t>(torch::cuda::device_count());
   if (count == 0) {
-    throw ConfigError(fmt::format("run.device: '{}' requested but CUDA is not available on this machine "
-                                  "(use run.device: auto or cpu)", name));
+    throw ConfigError(
+        fmt::format("run.device: '{}' requested but CUDA is not available on this machine "
+                    "(use run.device: auto or cpu)",
+                    name));
   }
   const int64_t index = m[2].matched ? std::stoll(m[2].str()) : 0;
   if (index >= count) {
-    throw ConfigError(fmt::format("run.device: '{}' but only {} CUDA device(s) are visible", name, count));
+    throw ConfigError(
+        fmt::format("run.device: '{}' but only {} CUDA device(s) are visible", name, count));
   }
   return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index));
 }

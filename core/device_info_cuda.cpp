@@ -5,21 +5,29 @@
 
 namespace brrr::detail {
 
-std::string cuda_device_name(int index) { return at::cuda::getDeviceProperties(index)->name; }
+std::string cuda_device_name(int index) {
+  return at::cuda::getDeviceProperties(index)->name;
+}
 
-int cuda_compute_capability_major(int index) { return at::cuda::getDeviceProperties(index)->major; }
+int cuda_compute_capability_major(int index) {
+  return at::cuda::getDeviceProperties(index)->major;
+}
 
 double cuda_peak_memory_mib(int index) {
-  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(index));
+  const auto stats =
+      c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(index));
   using Stat = c10::CachingAllocator::StatType;
   return static_cast<double>(stats.allocated_bytes[static_cast<size_t>(Stat::AGGREGATE)].peak) /
          (1024.0 * 1024.0);
 }
 
-void cuda_empty_cache() { c10::cuda::CUDACachingAllocator::emptyCache(); }
+void cuda_empty_cache() {
+  c10::cuda::CUDACachingAllocator::emptyCache();
+}
 
 double cuda_total_memory_mib(int index) {
-  return static_cast<double>(at::cuda::getDeviceProperties(index)->totalGlobalMem) / (1024.0 * 1024.0);
+  return static_cast<double>(at::cuda::getDeviceProperties(index)->totalGlobalMem) /
+         (1024.0 * 1024.0);
 }
 
 }  // namespace brrr::detail

@@ -7,12 +7,18 @@ std::string cuda_device_name(int index) {
   throw Error("cuda device " + std::to_string(index) + " requested in a brrr built without CUDA");
 }
 
-int cuda_compute_capability_major(int /*index*/) { return 0; }
+int cuda_compute_capability_major(int /*index*/) {
+  return 0;
+}
 
-double cuda_peak_memory_mib(int /*index*/) { return 0.0; }
+double cuda_peak_memory_mib(int /*index*/) {
+  return 0.0;
+}
 
 void cuda_empty_cache() {}
 
-double cuda_total_memory_mib(int /*index*/) { return 0.0; }
+double cuda_total_memory_mib(int /*index*/) {
+  return 0.0;
+}
 
 }  // namespace brrr::detail

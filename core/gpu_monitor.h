@@ -111,7 +111,7 @@ class GpuMonitor {
   int interval_ms_;
   std::chrono::steady_clock::time_point t0_;
   const detail::NvmlLibrary* nvml_ = nullptr;  // process-wide, never unloaded
-  void* device_ = nullptr;  // nvmlDevice_t; null when unavailable
+  void* device_ = nullptr;                     // nvmlDevice_t; null when unavailable
   std::string device_name_;
 
   mutable std::mutex mutex_;  // guards samples_, stop_requested_, thread_

@@ -54,18 +54,27 @@ void erase_line() {
 
 const char* level_name(Level level) {
   switch (level) {
-    case Level::kDebug: return "DEBUG";
-    case Level::kInfo: return "INFO ";
-    case Level::kWarn: return "WARN ";
-    case Level::kError: return "ERROR";
-    default: return "";
+    case Level::kDebug:
+      return "DEBUG";
+    case Level::kInfo:
+      return "INFO ";
+    case Level::kWarn:
+      return "WARN ";
+    case Level::kError:
+      return "ERROR";
+    default:
+      return "";
   }
 }
 
 }  // namespace
 
-void set_level(Level level) { current().store(level); }
-Level level() { return current().load(std::memory_order_relaxed); }
+void set_level(Level level) {
+  current().store(level);
+}
+Level level() {
+  return current().load(std::memory_order_relaxed);
+}
 
 Level parse_level(std::string_view name) {
   if (name == "debug") return Level::kDebug;
@@ -73,7 +82,8 @@ Level parse_level(std::string_view name) {
   if (name == "warn" || name == "warning") return Level::kWarn;
   if (name == "error") return Level::kError;
   if (name == "off") return Level::kOff;
-  throw ConfigError(fmt::format("unknown log level '{}' (expected debug, info, warn, error or off)", name));
+  throw ConfigError(
+      fmt::format("unknown log level '{}' (expected debug, info, warn, error or off)", name));
 }
 
 void write(Level lvl, std::string_view message) {
@@ -86,7 +96,8 @@ void write(Level lvl, std::string_view message) {
   localtime_r(&secs, &tm);
   char stamp[32];
   std::strftime(stamp, sizeof(stamp), "%Y-%m-%d %H:%M:%S", &tm);
-  const std::string line = fmt::format("{}.{:03d} {} {}\n", stamp, millis, level_name(lvl), message);
+  const std::string line =
+      fmt::format("{}.{:03d} {} {}\n", stamp, millis, level_name(lvl), message);
   std::lock_guard<std::mutex> lock(write_mutex());
   const std::string& live = live_line();
   if (!live.empty()) erase_line();  // erase, write, redraw

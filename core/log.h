@@ -1,6 +1,7 @@
 #pragma once
-// Process-wide logger: every line brrr prints goes through here ("2026-11-29 12:00:00.123 INFO msg").
-// Thread-safe (one mutex around each line). Library code never writes to stdout/stderr directly.
+// Process-wide logger: every line brrr prints goes through here ("2026-11-29 12:00:00.123 INFO
+// msg"). Thread-safe (one mutex around each line). Library code never writes to stdout/stderr
+// directly.
 #include <fmt/format.h>
 
 #include <string>
@@ -10,7 +11,8 @@ namespace brrr::log {
 
 enum class Level { kDebug = 0, kInfo = 1, kWarn = 2, kError = 3, kOff = 4 };
 
-/// Lines below `level` are dropped. Default kInfo; BRRR_LOG_LEVEL=debug|info|warn|error|off overrides.
+/// Lines below `level` are dropped. Default kInfo; BRRR_LOG_LEVEL=debug|info|warn|error|off
+/// overrides.
 void set_level(Level level);
 Level level();
 /// Parses "debug", "info", "warn", "error", "off"; throws brrr::ConfigError otherwise.

@@ -13,7 +13,9 @@ uint64_t splitmix64(uint64_t& x) {
   return z ^ (z >> 31);
 }
 
-uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+uint64_t rotl(uint64_t x, int k) {
+  return (x << k) | (x >> (64 - k));
+}
 
 }  // namespace
 
@@ -44,9 +46,13 @@ uint64_t Rng::next_u64() {
   return result;
 }
 
-double Rng::uniform() { return static_cast<double>(next_u64() >> 11) * 0x1.0p-53; }
+double Rng::uniform() {
+  return static_cast<double>(next_u64() >> 11) * 0x1.0p-53;
+}
 
-double Rng::uniform(double lo, double hi) { return lo + (hi - lo) * uniform(); }
+double Rng::uniform(double lo, double hi) {
+  return lo + (hi - lo) * uniform();
+}
 
 int64_t Rng::randint(int64_t lo, int64_t hi) {
   const uint64_t span = static_cast<uint64_t>(hi - lo) + 1;
@@ -60,7 +66,9 @@ int64_t Rng::randint(int64_t lo, int64_t hi) {
   return lo + static_cast<int64_t>(r % span);
 }
 
-bool Rng::bernoulli(double p) { return uniform() < p; }
+bool Rng::bernoulli(double p) {
+  return uniform() < p;
+}
 
 std::vector<int64_t> random_permutation(int64_t n, uint64_t seed) {
   std::vector<int64_t> perm(static_cast<size_t>(n));

@@ -68,14 +68,15 @@ std::string read_text_file(const std::string& path, const std::string& what) {
     throw ConfigError(fmt::format("cannot read {} '{}': {}", what, path, std::strerror(EISDIR)));
   }
   if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
-    throw ConfigError(
-        fmt::format("cannot read {} '{}': not a regular file (a device, FIFO or socket)", what, path));
+    throw ConfigError(fmt::format(
+        "cannot read {} '{}': not a regular file (a device, FIFO or socket)", what, path));
   }
   if (std::filesystem::exists(status)) {
     const std::uintmax_t size = std::filesystem::file_size(path, ec);
     if (!ec && size > kMaxBytes) {
-      throw ConfigError(fmt::format("cannot read {} '{}': {} bytes is not a config (the limit is {} MiB)",
-                                    what, path, size, kMaxBytes >> 20));
+      throw ConfigError(
+          fmt::format("cannot read {} '{}': {} bytes is not a config (the limit is {} MiB)", what,
+                      path, size, kMaxBytes >> 20));
     }
   }
   std::ifstream in(path, std::ios::binary);
@@ -243,8 +244,9 @@ void decode_options(OptionMap& map, const YAML::Node& node, const std::string& k
   map.set_key(key);
   if (node.IsNull()) return;
   if (!node.IsMap()) {
-    fail(where, key, fmt::format("expected a mapping of options ({{name: value, ...}}), got {}",
-                                 describe_node(node)));
+    fail(where, key,
+         fmt::format("expected a mapping of options ({{name: value, ...}}), got {}",
+                     describe_node(node)));
   }
   std::set<std::string> seen;
   for (const auto& item : node) {

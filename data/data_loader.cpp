@@ -244,9 +244,9 @@ void DataLoader::check_ring_fits(int64_t slots, size_t slot_bytes) const {
                   "x prefetch_factor {} + {}) of {:.1f} MiB each, {:.1f} GiB, but {:.1f} GiB of "
                   "memory is available; lower data.batch_size, data.num_workers or "
                   "data.prefetch_factor",
-                  options_.batch_size(), slots, options_.num_workers(),
-                  options_.prefetch_factor(), kConsumerSlots,
-                  static_cast<double>(slot_bytes) / (1 << 20), ring_gib, available_gib));
+                  options_.batch_size(), slots, options_.num_workers(), options_.prefetch_factor(),
+                  kConsumerSlots, static_cast<double>(slot_bytes) / (1 << 20), ring_gib,
+                  available_gib));
 }
 
 Batch DataLoader::next_in_process() {
@@ -311,9 +311,10 @@ void DataLoader::report_stall(double waited_s) const {
               waited_s, next_return_, epoch_, task.worker, pid, process_state(pid));
     return;
   }
-  log::warn("data loader: waited {:.1f} s for batch {} of epoch {}, not yet sent to a worker "
-            "(every ring slot is held: {} in flight)",
-            waited_s, next_return_, epoch_, in_flight_.size());
+  log::warn(
+      "data loader: waited {:.1f} s for batch {} of epoch {}, not yet sent to a worker "
+      "(every ring slot is held: {} in flight)",
+      waited_s, next_return_, epoch_, in_flight_.size());
 }
 
 // Sends batches [sent, batches_per_epoch_) of `epoch`, round robin as PyTorch, while the worker

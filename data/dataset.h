@@ -30,7 +30,8 @@ class Dataset {
   virtual ~Dataset() = default;
   /// Number of examples.
   virtual int64_t size() const = 0;
-  /// Loads example `index` in [0, size()). Throws brrr::DataError naming the index/file on bad data.
+  /// Loads example `index` in [0, size()). Throws brrr::DataError naming the index/file on bad
+  /// data.
   virtual Sample get(int64_t index, Rng& rng) const = 0;
   /// One line for logs and --dry-run, e.g. "image_folder /data/photos: 6000 images, 12 classes".
   virtual std::string describe() const = 0;

@@ -29,11 +29,11 @@ void register_dataset(const std::string& name, DatasetFactory factory);
 /// brrr's datasets, then the registered ones in registration order.
 std::vector<std::string> dataset_names();
 
-/// `fashion_mnist`, `image_folder`, `token_file`, `csv` or a registered dataset from `options` (as resolved by the
-/// config: token_file's block_size is > 0); `limit` > 0 keeps the first `limit` examples. `key` is
-/// the options' key path for messages ("data" or "data.val"): ConfigError naming `<key>.dataset`
-/// for an unknown name, DataError naming `<key>.path` and the path when it does not exist, and
-/// ConfigError naming a `data.options` key that the dataset's factory did not read.
+/// `fashion_mnist`, `image_folder`, `token_file`, `csv` or a registered dataset from `options` (as
+/// resolved by the config: token_file's block_size is > 0); `limit` > 0 keeps the first `limit`
+/// examples. `key` is the options' key path for messages ("data" or "data.val"): ConfigError naming
+/// `<key>.dataset` for an unknown name, DataError naming `<key>.path` and the path when it does not
+/// exist, and ConfigError naming a `data.options` key that the dataset's factory did not read.
 DatasetPtr make_dataset(const DatasetOptions& options, const std::string& key = "data");
 
 /// The first `limit` examples of `base` (all of them when limit >= base->size()).

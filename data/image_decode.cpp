@@ -162,7 +162,8 @@ at::Tensor cmyk_to_rgb(const at::Tensor& cmyk, int64_t channels) {
     if (channels == 3) {
       for (int c = 0; c < 3; ++c) dst[c] = static_cast<uint8_t>(rgb[c]);
     } else {
-      dst[0] = static_cast<uint8_t>((rgb[0] * 19595 + rgb[1] * 38470 + rgb[2] * 7471 + 0x8000) >> 16);
+      dst[0] =
+          static_cast<uint8_t>((rgb[0] * 19595 + rgb[1] * 38470 + rgb[2] * 7471 + 0x8000) >> 16);
     }
   }
   return out;

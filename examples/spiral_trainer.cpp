@@ -1,6 +1,6 @@
 // A complete program on brrr: its own dataset and model, named from YAML, and its own loss, with
-// the whole `trainer` command line. Build it against the installed package (examples/CMakeLists.txt)
-// and run it like `trainer`:
+// the whole `trainer` command line. Build it against the installed package
+// (examples/CMakeLists.txt) and run it like `trainer`:
 //   spiral_trainer --config spirals.yaml
 //   spiral_trainer --config spirals.yaml --set model.options.depth=4 --dry-run
 //   spiral_trainer --config spirals.yaml --resume auto

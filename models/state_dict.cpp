@@ -1,7 +1,7 @@
 #include "models/state_dict.h"
 
-#include <caffe2/serialize/inline_container.h>
 #include <caffe2/serialize/in_memory_adapter.h>
+#include <caffe2/serialize/inline_container.h>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -47,8 +47,8 @@ std::map<std::string, at::Tensor> named_state(const torch::nn::Module& module) {
   return state;
 }
 
-LoadReport load_state_dict(torch::nn::Module& module, const std::map<std::string, at::Tensor>& state,
-                           bool strict) {
+LoadReport load_state_dict(torch::nn::Module& module,
+                           const std::map<std::string, at::Tensor>& state, bool strict) {
   const auto own = named_state(module);
   std::vector<std::string> missing;
   std::vector<std::string> unexpected;
@@ -111,7 +111,9 @@ bool make_ordered_dict_plain(std::vector<char>& bytes) {
   if (!reader.hasRecord("data.pkl")) return false;
   const auto [data, size] = reader.getRecord("data.pkl");
   const std::string_view pickle(static_cast<const char*>(data.get()), size);
-  static constexpr char kHeadBytes[] = "\x80\x02" "ccollections\nOrderedDict\nq\x00)R";
+  static constexpr char kHeadBytes[] =
+      "\x80\x02"
+      "ccollections\nOrderedDict\nq\x00)R";
   static constexpr std::string_view kHead(kHeadBytes, sizeof(kHeadBytes) - 1);  // holds a NUL
   if (pickle.substr(0, kHead.size()) != kHead) return false;
   // The attribute state: EMPTY_DICT, BINPUT n (or LONG_BINPUT), BINUNICODE "_metadata", ... BUILD.

@@ -31,8 +31,8 @@ struct LoadReport {
 /// strict: throws brrr::Error listing all missing and unexpected keys; otherwise they are
 /// returned. A shape mismatch is always an error naming the key and both shapes. Nothing is
 /// copied unless the load can be done whole.
-LoadReport load_state_dict(torch::nn::Module& module, const std::map<std::string, at::Tensor>& state,
-                           bool strict = true);
+LoadReport load_state_dict(torch::nn::Module& module,
+                           const std::map<std::string, at::Tensor>& state, bool strict = true);
 
 /// Same, from what torch::pickle_load returns for a Python `torch.save(model.state_dict())`
 /// (keys must be strings and values tensors; anything else is an error naming the key).

@@ -58,9 +58,10 @@ const char* dtype_name(at::ScalarType type, const std::string& key) {
 TensorMap read_safetensors(const std::string& path) {
   const std::string bytes = read_all(path);
   if (!looks_like_safetensors(bytes)) {
-    throw Error(fmt::format("'{}' is not a safetensors file (no 8-byte header length and JSON "
-                            "header at its start)",
-                            path));
+    throw Error(
+        fmt::format("'{}' is not a safetensors file (no 8-byte header length and JSON "
+                    "header at its start)",
+                    path));
   }
   const uint64_t header_size = little_endian_u64(bytes.data());
   const std::string header = bytes.substr(8, header_size);
@@ -70,7 +71,8 @@ TensorMap read_safetensors(const std::string& path) {
   TensorMap out;
   for (const auto& [key, value] : record.strings) {
     const std::string suffix = "/dtype";
-    if (key.size() <= suffix.size() || key.compare(key.size() - suffix.size(), suffix.size(), suffix) != 0)
+    if (key.size() <= suffix.size() ||
+        key.compare(key.size() - suffix.size(), suffix.size(), suffix) != 0)
       continue;
     const std::string name = key.substr(0, key.size() - suffix.size());
     if (name.rfind("__metadata__", 0) == 0) continue;
@@ -79,7 +81,8 @@ TensorMap read_safetensors(const std::string& path) {
     for (const auto& d : kDtypes) {
       if (value == d.name) type = d.type, known = true;
     }
-    if (!known) throw Error(fmt::format("'{}': tensor '{}' has unknown dtype '{}'", path, name, value));
+    if (!known)
+      throw Error(fmt::format("'{}': tensor '{}' has unknown dtype '{}'", path, name, value));
     std::vector<int64_t> shape;
     for (int i = 0;; ++i) {
       auto it = record.numbers.find(fmt::format("{}/shape/{}", name, i));
@@ -126,7 +129,8 @@ void write_safetensors(const std::string& path, const TensorMap& tensors,
     JsonObject entry;
     entry.set("dtype", dtype_name(t.scalar_type(), name));
     entry.set("shape", JsonValue(shape));
-    entry.set("data_offsets", JsonValue(std::vector<JsonValue>{JsonValue(offset), JsonValue(offset + bytes)}));
+    entry.set("data_offsets",
+              JsonValue(std::vector<JsonValue>{JsonValue(offset), JsonValue(offset + bytes)}));
     header.set(name, entry);
     offset += bytes;
     data.push_back(std::move(t));
@@ -162,9 +166,10 @@ TensorMap read_weights_file(const std::string& path) {
       head.size() == 9 && little_endian_u64(head.data()) > 1 && head[8] == '{';
   if (safetensors_head) return read_safetensors(path);
   if (head.compare(0, 4, "PK\x03\x04") != 0) {
-    throw Error(fmt::format("'{}' is neither a safetensors file nor a PyTorch zip archive "
-                            "(torch.save or a brrr checkpoint)",
-                            path));
+    throw Error(
+        fmt::format("'{}' is neither a safetensors file nor a PyTorch zip archive "
+                    "(torch.save or a brrr checkpoint)",
+                    path));
   }
   // A brrr checkpoint is a TorchScript archive whose "model" entry holds the weights; a
   // torch.save() file is a pickled object (a state_dict).
@@ -230,14 +235,15 @@ TensorMap to_hf_gpt2(const TensorMap& weights, int64_t vocab_size) {
     if (is_conv1d(name)) t = t.t().contiguous();
     if (name == "transformer.wte.weight" || name == "lm_head.weight") {
       if (t.size(0) < vocab_size) {
-        throw Error(fmt::format("{} has {} rows, fewer than the vocabulary size {} asked for",
-                                name, t.size(0), vocab_size));
+        throw Error(fmt::format("{} has {} rows, fewer than the vocabulary size {} asked for", name,
+                                t.size(0), vocab_size));
       }
       t = t.slice(0, 0, vocab_size).clone();  // its own storage: safetensors shares none
     }
     out[name] = t;
   }
-  if (out.count("lm_head.weight") == 0) out["lm_head.weight"] = out["transformer.wte.weight"].clone();
+  if (out.count("lm_head.weight") == 0)
+    out["lm_head.weight"] = out["transformer.wte.weight"].clone();
   return out;
 }
 

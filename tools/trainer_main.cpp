@@ -2,4 +2,6 @@
 // own Trainer subclass, models or datasets calls the same way.
 #include "trainer/cli/cli.h"
 
-int main(int argc, char** argv) { return brrr::run_cli(argc, argv); }
+int main(int argc, char** argv) {
+  return brrr::run_cli(argc, argv);
+}

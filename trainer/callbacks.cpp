@@ -15,7 +15,8 @@ namespace brrr {
 namespace {
 
 double worst(const std::string& mode) {
-  return mode == "max" ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity();
+  return mode == "max" ? -std::numeric_limits<double>::infinity()
+                       : std::numeric_limits<double>::infinity();
 }
 
 const double* find_metric(const Metrics& metrics, const std::string& name, const std::string& who) {
@@ -48,8 +49,12 @@ bool improves(double value, double best, const std::string& mode, double min_del
 
 // ---- EarlyStopping ----
 
-EarlyStopping::EarlyStopping(std::string metric, std::string mode, int64_t patience, double min_delta)
-    : metric_(std::move(metric)), mode_(std::move(mode)), patience_(patience), min_delta_(min_delta),
+EarlyStopping::EarlyStopping(std::string metric, std::string mode, int64_t patience,
+                             double min_delta)
+    : metric_(std::move(metric)),
+      mode_(std::move(mode)),
+      patience_(patience),
+      min_delta_(min_delta),
       best_(worst(mode_)) {}
 
 void EarlyStopping::on_eval_end(Trainer& trainer, int64_t step, const Metrics& metrics) {
@@ -62,8 +67,10 @@ void EarlyStopping::on_eval_end(Trainer& trainer, int64_t step, const Metrics& m
   }
   ++bad_evals_;
   if (bad_evals_ >= patience_) {
-    trainer.request_stop(fmt::format("early stopping: {} did not improve on {:.6g} for {} evaluations "
-                                     "(step {})", metric_, best_, bad_evals_, step));
+    trainer.request_stop(
+        fmt::format("early stopping: {} did not improve on {:.6g} for {} evaluations "
+                    "(step {})",
+                    metric_, best_, bad_evals_, step));
   }
 }
 
@@ -146,8 +153,12 @@ void BestCheckpoint::on_eval_end(Trainer& trainer, int64_t step, const Metrics& 
   log::info("best checkpoint: {} = {:.6g} at step {}", metric_, best_, step);
 }
 
-void BestCheckpoint::save(torch::serialize::OutputArchive& archive) const { write_double(archive, "best", best_); }
+void BestCheckpoint::save(torch::serialize::OutputArchive& archive) const {
+  write_double(archive, "best", best_);
+}
 
-void BestCheckpoint::load(torch::serialize::InputArchive& archive) { best_ = read_double(archive, "best"); }
+void BestCheckpoint::load(torch::serialize::InputArchive& archive) {
+  best_ = read_double(archive, "best");
+}
 
 }  // namespace brrr

@@ -46,8 +46,12 @@ StopSignalGuard::~StopSignalGuard() {
   sigaction(SIGTERM, &g_old_term, nullptr);
 }
 
-int StopSignalGuard::pending() { return g_pending.load(); }
+int StopSignalGuard::pending() {
+  return g_pending.load();
+}
 
-void StopSignalGuard::reset() { g_pending.store(0); }
+void StopSignalGuard::reset() {
+  g_pending.store(0);
+}
 
 }  // namespace brrr

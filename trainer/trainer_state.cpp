@@ -115,12 +115,12 @@ void Trainer::check_data_position(const std::string& saved_yaml, int64_t saved_w
   const int64_t examples = counters_.batches_in_epoch * saved_batch * saved_world_size;
   const int64_t per_batch = batch * ranks;
   const bool exact = examples % per_batch == 0;
-  std::string what =
-      fmt::format("the checkpoint was written with batch size {} on {} rank(s), this run uses {} "
-                  "on {}: its data position (batch {} of epoch {}, {} examples in) becomes batch "
-                  "{}",
-                  saved_batch, saved_world_size, batch, ranks, counters_.batches_in_epoch,
-                  counters_.epoch, examples, examples / per_batch);
+  std::string what = fmt::format(
+      "the checkpoint was written with batch size {} on {} rank(s), this run uses {} "
+      "on {}: its data position (batch {} of epoch {}, {} examples in) becomes batch "
+      "{}",
+      saved_batch, saved_world_size, batch, ranks, counters_.batches_in_epoch, counters_.epoch,
+      examples, examples / per_batch);
   if (!exact) what += ", approximate to within one batch";
   if (saved_batch != batch && config_.run.strict_resume) {
     throw ConfigError(config_message(config_, "data.batch_size", what + " (run.strict_resume)"));
@@ -145,10 +145,11 @@ void Trainer::resume_from(const std::string& path) {
   const int64_t every = config_.train.log_every;
   const int64_t first_window =
       std::min(every - counters_.step % every, config_.train.max_steps - counters_.step);
-  log::info("resumed from {} at step {} (epoch {}, batch {}); the first logging window averages "
-            "{} step{} ({}..{})",
-            path, counters_.step, counters_.epoch, counters_.batches_in_epoch, first_window,
-            first_window == 1 ? "" : "s", counters_.step + 1, counters_.step + first_window);
+  log::info(
+      "resumed from {} at step {} (epoch {}, batch {}); the first logging window averages "
+      "{} step{} ({}..{})",
+      path, counters_.step, counters_.epoch, counters_.batches_in_epoch, first_window,
+      first_window == 1 ? "" : "s", counters_.step + 1, counters_.step + first_window);
 }
 
 }  // namespace brrr

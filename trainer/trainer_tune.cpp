@@ -108,8 +108,7 @@ void Trainer::auto_tune() {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / kSteps;
     // The ranks on one machine share its cores.
     const int64_t ranks_here = dist_ ? std::max<int64_t>(1, dist_->env().local_world_size) : 1;
-    const int64_t cores =
-        std::max<int64_t>(1, std::thread::hardware_concurrency() / ranks_here);
+    const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency() / ranks_here);
     const auto choice = choose_num_workers(step_s, std::min<int64_t>(cores, 32), [&](int64_t n) {
       DataOptions trial = d;
       trial.num_workers = n;

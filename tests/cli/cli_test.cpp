@@ -34,7 +34,8 @@ TEST_F(CliTest, HelpAndVersionExitZero) {
   EXPECT_EQ(keys.exit_code, 0);
   EXPECT_NE(keys.out.find("model.options "), std::string::npos) << keys.out;
   EXPECT_NE(keys.out.find("or one given to brrr::register_model"), std::string::npos) << keys.out;
-  EXPECT_NE(keys.out.find("\nmodel.name: mlp, convnet, resnet18, resnet50, gpt\n"), std::string::npos)
+  EXPECT_NE(keys.out.find("\nmodel.name: mlp, convnet, resnet18, resnet50, gpt\n"),
+            std::string::npos)
       << keys.out;
   EXPECT_NE(keys.out.find("\ndata.dataset: fashion_mnist, image_folder, token_file, csv\n"),
             std::string::npos)
@@ -48,7 +49,8 @@ TEST_F(CliTest, UsageErrorsExitTwo) {
   EXPECT_NE(unknown.err.find("unknown argument '--bogus'"), std::string::npos) << unknown.err;
   Result missing_value = run({"--config"});
   EXPECT_EQ(missing_value.exit_code, 2);
-  EXPECT_NE(missing_value.err.find("--config needs a value"), std::string::npos) << missing_value.err;
+  EXPECT_NE(missing_value.err.find("--config needs a value"), std::string::npos)
+      << missing_value.err;
 }
 
 TEST_F(CliTest, MalformedFileExitsTwoNamingFileAndLine) {
@@ -88,8 +90,8 @@ TEST_F(CliTest, UnknownKeyExitsTwoWithSuggestion) {
 
 TEST_F(CliTest, PrintConfigLoadsBackToTheSameConfig) {
   const fs::path exp = write_csv_experiment(5);
-  Result r = run({"--config", "exp.yaml", "--set", "train.precision=bf16", "--set", "optim.betas=[0.8,0.9]",
-                  "--print-config"});
+  Result r = run({"--config", "exp.yaml", "--set", "train.precision=bf16", "--set",
+                  "optim.betas=[0.8,0.9]", "--print-config"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const fs::path printed = write("printed.yaml", r.out);
   const ExperimentConfig original =

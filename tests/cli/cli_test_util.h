@@ -61,7 +61,8 @@ class CliTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = fs::temp_directory_path() /
-           ("brrr_cli_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "_" +
+           ("brrr_cli_" +
+            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "_" +
             std::to_string(getpid()));
     brrr::test::remove_tree(dir_);
     fs::create_directories(dir_);
@@ -83,8 +84,10 @@ class CliTest : public ::testing::Test {
     argv.push_back(nullptr);
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 1, (dir_ / "stdout").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_addopen(&actions, 2, (dir_ / "stderr").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&actions, 1, (dir_ / "stdout").c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&actions, 2, (dir_ / "stderr").c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
     posix_spawn_file_actions_addchdir_np(&actions, dir_.c_str());
     pid_t pid = -1;
     EXPECT_EQ(posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ), 0);
@@ -131,15 +134,17 @@ class CliTest : public ::testing::Test {
     csv << "a,b,c,label\n";
     for (int i = 0; i < 512; ++i) {
       const int label = i % 2;
-      csv << (label ? 1.0 : -1.0) + 0.01 * (i % 7) << "," << 0.5 * (i % 5) << "," << (label ? -0.3 : 0.4)
-          << "," << label << "\n";
+      csv << (label ? 1.0 : -1.0) + 0.01 * (i % 7) << "," << 0.5 * (i % 5) << ","
+          << (label ? -0.3 : 0.4) << "," << label << "\n";
     }
-    return write("exp.yaml", "run: {name: csvrun, output_dir: runs, seed: 3, device: cpu}\n"
-                             "model: {name: mlp, in_channels: 3, image_size: 1, num_classes: 2, hidden_sizes: [8]}\n"
-                             "data: {dataset: csv, path: train.csv, batch_size: 16, num_workers: 0}\n"
-                             "optim: {name: sgd, lr: 0.05, momentum: 0.9}\n"
-                             "train: {max_steps: " + std::to_string(max_steps) +
-                                 ", log_every: 1, checkpoint_every: 0}\n");
+    return write(
+        "exp.yaml",
+        "run: {name: csvrun, output_dir: runs, seed: 3, device: cpu}\n"
+        "model: {name: mlp, in_channels: 3, image_size: 1, num_classes: 2, hidden_sizes: [8]}\n"
+        "data: {dataset: csv, path: train.csv, batch_size: 16, num_workers: 0}\n"
+        "optim: {name: sgd, lr: 0.05, momentum: 0.9}\n"
+        "train: {max_steps: " +
+            std::to_string(max_steps) + ", log_every: 1, checkpoint_every: 0}\n");
   }
 
   fs::path dir_;

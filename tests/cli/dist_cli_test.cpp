@@ -199,10 +199,12 @@ TEST_F(DistCliTest, ThreeRanksOnAnEpochThatDoesNotDivideEvenly) {
 TEST_F(DistCliTest, EarlyStoppingEndsEveryRankAtTheStepOneProcessEnds) {
   BRRR_NEED_GLOO();
   // No evaluation improves val_loss by 100: patience 1 stops the run at the second one (step 6).
-  const std::vector<std::string> common = {
-      "train.max_steps=30",           "data.val.dataset=csv",
-      "data.val.path=train.csv",      "train.eval_every=3",
-      "train.early_stopping.patience=1", "train.early_stopping.min_delta=100"};
+  const std::vector<std::string> common = {"train.max_steps=30",
+                                           "data.val.dataset=csv",
+                                           "data.val.path=train.csv",
+                                           "train.eval_every=3",
+                                           "train.early_stopping.patience=1",
+                                           "train.early_stopping.min_delta=100"};
   const Result one = train(0, "one", plus(common, "data.batch_size=32"));
   ASSERT_EQ(one.exit_code, 0) << one.err;
   const Result two = train(2, "two", plus(common, "data.batch_size=16"));
@@ -269,9 +271,9 @@ TEST_F(DistCliTest, ARankThatHangsIsBoundedByTheTimeout) {
   BRRR_NEED_GLOO();
   // Rank 1 stops (SIGSTOP) without closing anything: rank 0 waits in a collective until
   // run.dist_timeout_s, fails naming it, and the launcher ends the stopped rank (SIGKILL).
-  const pid_t launcher = start({"--config", "exp.yaml", "--set", "run.name=hung", "--set",
-                                "train.max_steps=1000000", "--set", "run.dist_timeout_s=3",
-                                "--nproc-per-node", "2"});
+  const pid_t launcher =
+      start({"--config", "exp.yaml", "--set", "run.name=hung", "--set", "train.max_steps=1000000",
+             "--set", "run.dist_timeout_s=3", "--nproc-per-node", "2"});
   ASSERT_TRUE(wait_for_training("hung")) << slurp(dir_ / "stderr");
   const pid_t stuck = rank_pid(launcher, 1);
   ASSERT_GT(stuck, 0);

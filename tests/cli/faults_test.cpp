@@ -35,7 +35,8 @@ class CliFaultsTest : public CliTest {
  protected:
   fs::path run_dir() const { return dir_ / "runs" / "csvrun"; }
   bool logging() const {
-    return fs::exists(run_dir() / "metrics.jsonl") && fs::file_size(run_dir() / "metrics.jsonl") > 500;
+    return fs::exists(run_dir() / "metrics.jsonl") &&
+           fs::file_size(run_dir() / "metrics.jsonl") > 500;
   }
 };
 
@@ -48,7 +49,8 @@ TEST_F(CliFaultsTest, SigtermWhileAWorkerIsStoppedCheckpointsAndExitsWithinSecon
   ASSERT_EQ(workers.size(), 2u);
   kill(workers[0], SIGSTOP);
   // The loader names the batch, the worker and its state once the wait passes 1 s.
-  ASSERT_TRUE(wait_for([&] { return slurp(dir_ / "stderr").find("waited") != std::string::npos; }, 20))
+  ASSERT_TRUE(
+      wait_for([&] { return slurp(dir_ / "stderr").find("waited") != std::string::npos; }, 20))
       << slurp(dir_ / "stderr");
   const auto signalled = Clock::now();
   kill(pid, SIGTERM);
@@ -58,7 +60,8 @@ TEST_F(CliFaultsTest, SigtermWhileAWorkerIsStoppedCheckpointsAndExitsWithinSecon
   EXPECT_EQ(r.exit_code, 128 + SIGTERM) << r.err;
   EXPECT_NE(r.err.find(fmt::format("pid {}, stopped", workers[0])), std::string::npos) << r.err;
   std::vector<fs::path> checkpoints;
-  for (const auto& e : fs::directory_iterator(run_dir() / "checkpoints")) checkpoints.push_back(e.path());
+  for (const auto& e : fs::directory_iterator(run_dir() / "checkpoints"))
+    checkpoints.push_back(e.path());
   ASSERT_EQ(checkpoints.size(), 1u) << r.err;
   // No worker outlives the trainer, the stopped one included.
   for (pid_t w : workers) EXPECT_TRUE(wait_for([&] { return !alive(w); }, 5)) << "worker " << w;
@@ -120,7 +123,8 @@ TEST_F(CliFaultsTest, ValuesThatCannotWorkExitTwoNamingTheKeyAndPlace) {
   write("channels.yaml", "base: exp.yaml\nmodel:\n  name: convnet\n  channels: []\n");
   Result channels = run({"--config", "channels.yaml"});
   EXPECT_EQ(channels.exit_code, 2) << channels.err;
-  EXPECT_NE(channels.err.find("model.channels at channels.yaml:4:"), std::string::npos) << channels.err;
+  EXPECT_NE(channels.err.find("model.channels at channels.yaml:4:"), std::string::npos)
+      << channels.err;
 }
 
 TEST_F(CliFaultsTest, AConfigThatIsNotARegularFileIsRefusedAtOnce) {

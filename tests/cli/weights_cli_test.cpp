@@ -23,7 +23,8 @@ TEST_F(WeightsCliTest, ExportGivesSafetensorsThatPyTorchLoadsStrictly) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const fs::path file = run_dir() / "checkpoints" / "step_00000004.safetensors";
   ASSERT_TRUE(fs::exists(file)) << r.err;
-  if (std::system((std::string(BRRR_PYTHON) + " -c 'import safetensors' 2>/dev/null").c_str()) != 0) {
+  if (std::system((std::string(BRRR_PYTHON) + " -c 'import safetensors' 2>/dev/null").c_str()) !=
+      0) {
     GTEST_SKIP() << "safetensors is not installed";
   }
   // The README's three lines, against the PyTorch twin of brrr's mlp (tests/golden/gen_models.py).
@@ -67,7 +68,8 @@ TEST_F(WeightsCliTest, EvalScoresACheckpointAndWritesNoCheckpoint) {
   const std::string recorded = slurp(run_dir() / "eval.jsonl");
   EXPECT_NE(recorded.find("\"val_loss\""), std::string::npos) << recorded;
   size_t checkpoints = 0;
-  for (const auto& e : fs::directory_iterator(run_dir() / "checkpoints")) checkpoints += e.is_regular_file();
+  for (const auto& e : fs::directory_iterator(run_dir() / "checkpoints"))
+    checkpoints += e.is_regular_file();
   EXPECT_EQ(checkpoints, 1u);
   Result missing = run({"eval", "--config", "exp.yaml"});
   EXPECT_EQ(missing.exit_code, 2) << missing.err;

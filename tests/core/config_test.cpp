@@ -110,9 +110,10 @@ TEST(ConfigTest, UnknownKeyNamesFileLineColumnAndNearestKey) {
   EXPECT_EQ(parse_error(kMinimal + "train:\n  lr: 0.1\n"),
             "unknown key 'train.lr' at exp.yaml:6:3; did you mean 'optim.lr'?");
   // Nothing close: the valid keys are listed.
-  expect_contains(parse_error(kMinimal + "run:\n  colour: red\n"),
-                  "unknown key 'run.colour' at exp.yaml:6:3 (valid keys in 'run': name, "
-                  "output_dir, seed, device, num_threads, overwrite, strict_resume, dist_timeout_s)");
+  expect_contains(
+      parse_error(kMinimal + "run:\n  colour: red\n"),
+      "unknown key 'run.colour' at exp.yaml:6:3 (valid keys in 'run': name, "
+      "output_dir, seed, device, num_threads, overwrite, strict_resume, dist_timeout_s)");
   EXPECT_EQ(parse_error(kMinimal + "  transforms: [{name: resize, sise: 4}]\n"),
             "unknown key 'data.transforms[0].sise' at exp.yaml:5:31; did you mean "
             "'data.transforms[0].size'?");
@@ -409,15 +410,16 @@ TEST(ConfigTest, MaxEpochsReplacesMaxStepsAndSettingBothIsAnError) {
 // typed reads fail like schema keys, base files and --set merge key by key, and a key the
 // factory never read is an error with a "did you mean".
 TEST(ConfigTest, OptionMapsAreTypedWhereTheyAreRead) {
-  const std::string text = "model:\n"
-                           "  name: tiny\n"
-                           "  options:\n"
-                           "    depth: four\n"
-                           "    widths: [8, 16]\n"
-                           "    gated: true\n"
-                           "data:\n"
-                           "  dataset: spirals\n"
-                           "  options: {size: 512, noise: 0.05, arms: [1, 2], label: spiral}\n";
+  const std::string text =
+      "model:\n"
+      "  name: tiny\n"
+      "  options:\n"
+      "    depth: four\n"
+      "    widths: [8, 16]\n"
+      "    gated: true\n"
+      "data:\n"
+      "  dataset: spirals\n"
+      "  options: {size: 512, noise: 0.05, arms: [1, 2], label: spiral}\n";
   ExperimentConfig c = parse_config(text, "exp.yaml", {"model.options.scale=0.5"});
   const OptionMap& m = c.model.options;
   EXPECT_EQ(m.names(), (std::vector<std::string>{"depth", "gated", "scale", "widths"}));
@@ -452,7 +454,8 @@ TEST(ConfigTest, OptionMapsAreTypedWhereTheyAreRead) {
             "did you mean 'widths'?");
   // Round trip, and equality ignores where values were set.
   EXPECT_TRUE(parse_config(to_yaml(c)) == c) << to_yaml(c);
-  expect_contains(to_yaml(c), "  options: {depth: four, gated: true, scale: 0.5, widths: [8, 16]}\n");
+  expect_contains(to_yaml(c),
+                  "  options: {depth: four, gated: true, scale: 0.5, widths: [8, 16]}\n");
   EXPECT_EQ(parse_error(kMinimal + "  options: [1, 2]\n"),
             "data.options at exp.yaml:5:12: expected a mapping of options ({name: value, ...}), "
             "got a sequence");
@@ -558,24 +561,29 @@ TEST(ConfigTest, ValuesThatCannotWorkAreRejectedWithTheirPlace) {
   expect_contains(parse_error(kMinimal + "optim:\n  betas: [0.9, .nan]\n"),
                   "optim.betas[1] at exp.yaml:6:10: must be a finite number");
   // `auto` is spelled auto: the number it is stored as is not a value.
-  EXPECT_EQ(parse_error(kMinimal + "  batch_size: 0\n"),
-            "data.batch_size at exp.yaml:5:15: 0 is not a valid value; write auto to have it chosen");
-  expect_contains(parse_error(kMinimal + "  num_workers: -1\n"), "data.num_workers at exp.yaml:5:16");
+  EXPECT_EQ(
+      parse_error(kMinimal + "  batch_size: 0\n"),
+      "data.batch_size at exp.yaml:5:15: 0 is not a valid value; write auto to have it chosen");
+  expect_contains(parse_error(kMinimal + "  num_workers: -1\n"),
+                  "data.num_workers at exp.yaml:5:16");
   EXPECT_EQ(parse_config(kMinimal + "  batch_size: auto\n", "exp.yaml").data.batch_size, 0);
   // Names cannot leave their folder.
   for (const char* name : {"a/b", "..", "."}) {
     expect_contains(parse_error(kMinimal + "run:\n  name: '" + name + "'\n"),
                     "run.name at exp.yaml:6:9: must be a single folder name");
   }
-  EXPECT_EQ(parse_error("model:\n  name: convnet\n  channels: []\ndata:\n  dataset: fashion_mnist\n"),
-            "model.channels at exp.yaml:3:13: convnet needs at least one block width, got []");
+  EXPECT_EQ(
+      parse_error("model:\n  name: convnet\n  channels: []\ndata:\n  dataset: fashion_mnist\n"),
+      "model.channels at exp.yaml:3:13: convnet needs at least one block width, got []");
 }
 
 TEST(ConfigTest, OriginsLocateKeysForErrorsFoundAfterLoading) {
   const ExperimentConfig c =
       parse_config(kMinimal + "  batch_size: 64\n", "exp.yaml", {"train.max_steps=9"});
-  EXPECT_EQ(config_message(c, "data.batch_size", "too big"), "data.batch_size at exp.yaml:5:15: too big");
-  EXPECT_EQ(config_message(c, "train.max_steps", "x"), "--set train.max_steps=9: train.max_steps: x");
+  EXPECT_EQ(config_message(c, "data.batch_size", "too big"),
+            "data.batch_size at exp.yaml:5:15: too big");
+  EXPECT_EQ(config_message(c, "train.max_steps", "x"),
+            "--set train.max_steps=9: train.max_steps: x");
   EXPECT_EQ(config_message(c, "model.num_classes", "x"), "model.num_classes: x");
 }
 

@@ -87,7 +87,8 @@ TEST(CsvDatasetTest, RaggedRowAndFractionalLabelAreErrors) {
 TEST(CsvDatasetTest, NonFiniteCellsAndNegativeLabelsNameFileLineColumn) {
   const std::string path = write_temp("nan.csv", "a,b,label\n1,2,0\n3,nan,1\n");
   std::string message = data_error_of(path);
-  EXPECT_NE(message.find(path + ":3:3: 'nan' is not a finite number"), std::string::npos) << message;
+  EXPECT_NE(message.find(path + ":3:3: 'nan' is not a finite number"), std::string::npos)
+      << message;
   const std::string inf = write_temp("inf.csv", "a,b,label\n-inf,2,0\n");
   message = data_error_of(inf);
   EXPECT_NE(message.find(inf + ":2:1"), std::string::npos) << message;

@@ -318,7 +318,8 @@ TEST(DataLoaderTest, ARingLargerThanTheMachineIsAConfigErrorNamingTheBatchSize) 
   } catch (const ConfigError& e) {
     EXPECT_EQ(e.key(), "data.batch_size");
     EXPECT_TRUE(contains(e.what(), "1024 is too large for this machine")) << e.what();
-    EXPECT_TRUE(contains(e.what(), "holds 8 batches (2 workers x prefetch_factor 2 + 4)")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "holds 8 batches (2 workers x prefetch_factor 2 + 4)"))
+        << e.what();
   }
   EXPECT_TRUE(child_pids().empty());
 }

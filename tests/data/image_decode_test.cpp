@@ -92,8 +92,9 @@ TEST(ImageDecodeTest, CmykJpegDecodesToPillowsRgb) {
   ASSERT_EQ(region.scale_num, 8);
   const at::Tensor crop = region.image.permute({1, 2, 0});  // (h, w, 3) from origin_top/left
   const int64_t top = 8 - region.origin_top, left = 16 - region.origin_left;
-  EXPECT_TRUE(crop.slice(0, top, top + 32).slice(1, left, left + 48).equal(
-      want.slice(0, 8, 40).slice(1, 16, 64)));
+  EXPECT_TRUE(crop.slice(0, top, top + 32)
+                  .slice(1, left, left + 48)
+                  .equal(want.slice(0, 8, 40).slice(1, 16, 64)));
 }
 
 TEST(ImageDecodeTest, ForcedChannelsAndChwLayout) {

@@ -89,7 +89,8 @@ TEST(TransformsTest, ACropLargerThanTheImageItReceivesIsAConfigErrorNamingTheKey
   };
   TransformPipeline({op("random_crop", 28, 0)}, "data.transforms").check_fits(28, 28);
   TransformPipeline({op("random_crop", 32, 2)}, "data.transforms").check_fits(28, 28);
-  TransformPipeline({op("resize", 64), op("random_crop", 56)}, "data.transforms").check_fits(28, 28);
+  TransformPipeline({op("resize", 64), op("random_crop", 56)}, "data.transforms")
+      .check_fits(28, 28);
   try {
     TransformPipeline({op("center_crop", 24), op("random_crop", 26, 0)}, "data.val.transforms")
         .check_fits(28, 28);

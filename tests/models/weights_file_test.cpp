@@ -29,7 +29,8 @@ std::string golden(const std::string& name) {
 }
 
 fs::path scratch(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / fmt::format("brrr_weights_{}_{}", name, getpid());
+  const fs::path dir =
+      fs::temp_directory_path() / fmt::format("brrr_weights_{}_{}", name, getpid());
   brrr::test::remove_tree(dir);
   fs::create_directories(dir);
   brrr::test::remove_at_exit(dir);
@@ -80,7 +81,8 @@ TEST(WeightsFileTest, SafetensorsRoundTripIsExactForEveryDtype) {
       "{} -c \"from safetensors.torch import load_file; t = load_file('{}'); "
       "assert t['a.weight'].shape == (3, 5) and t['d.long'].tolist() == list(range(10))\"",
       BRRR_PYTHON, path);
-  if (std::system((std::string(BRRR_PYTHON) + " -c 'import safetensors' 2>/dev/null").c_str()) == 0) {
+  if (std::system((std::string(BRRR_PYTHON) + " -c 'import safetensors' 2>/dev/null").c_str()) ==
+      0) {
     EXPECT_EQ(std::system(check.c_str()), 0) << check;
   }
 }
@@ -88,7 +90,8 @@ TEST(WeightsFileTest, SafetensorsRoundTripIsExactForEveryDtype) {
 TEST(WeightsFileTest, PythonStateDictAndSafetensorsGivePyTorchsLogits) {
   const TensorMap expected = load_tensor_dict(golden("weights_mlp_expected.pt"));
   std::vector<std::string> files = {golden("weights_mlp_state_dict.pt")};
-  if (fs::exists(golden("weights_mlp.safetensors"))) files.push_back(golden("weights_mlp.safetensors"));
+  if (fs::exists(golden("weights_mlp.safetensors")))
+    files.push_back(golden("weights_mlp.safetensors"));
   for (const std::string& file : files) {
     SCOPED_TRACE(file);
     auto model = golden_mlp();
@@ -178,8 +181,7 @@ TEST(WeightsFileTest, HuggingFaceGpt2GivesTransformersLogits) {
   const TensorMap expected = load_tensor_dict(golden("hf_gpt2_expected.pt"));
   model->eval();
   torch::NoGradGuard no_grad;
-  const at::Tensor logits =
-      model->forward(expected.at("tokens")).slice(-1, 0, 50257);
+  const at::Tensor logits = model->forward(expected.at("tokens")).slice(-1, 0, 50257);
   EXPECT_LT((logits - expected.at("logits")).abs().max().item<double>(), 1e-4);
 }
 
@@ -237,12 +239,13 @@ TEST(WeightsFileTest, HfGpt2ExportLoadsIntoTransformersStrictly) {
     torch::NoGradGuard no_grad;
     logits = model->forward(tokens).slice(-1, 0, 50257).contiguous();
   }
-  write_safetensors((dir / "expected.safetensors").string(), {{"tokens", tokens}, {"logits", logits}});
+  write_safetensors((dir / "expected.safetensors").string(),
+                    {{"tokens", tokens}, {"logits", logits}});
   int status = 0;
-  const std::string out = test::run_command(
-      fmt::format("{} {}/tests/models/check_hf_export.py {} 2>&1", BRRR_PYTHON, BRRR_SOURCE_DIR,
-                  dir.string()),
-      &status);
+  const std::string out =
+      test::run_command(fmt::format("{} {}/tests/models/check_hf_export.py {} 2>&1", BRRR_PYTHON,
+                                    BRRR_SOURCE_DIR, dir.string()),
+                        &status);
   EXPECT_EQ(status, 0) << out;
   EXPECT_NE(out.find("strict load ok"), std::string::npos) << out;
 }

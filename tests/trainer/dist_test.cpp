@@ -40,9 +40,12 @@ std::string env_error(const std::map<std::string, std::string>& vars) {
   return "(no error)";
 }
 
-const std::map<std::string, std::string> kTorchrun = {
-    {"RANK", "1"},        {"WORLD_SIZE", "4"},       {"LOCAL_RANK", "1"},
-    {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "29500"}};
+const std::map<std::string, std::string> kTorchrun = {{"RANK", "1"},
+                                                      {"WORLD_SIZE", "4"},
+                                                      {"LOCAL_RANK", "1"},
+                                                      {"LOCAL_WORLD_SIZE", "2"},
+                                                      {"MASTER_ADDR", "10.0.0.1"},
+                                                      {"MASTER_PORT", "29500"}};
 
 std::map<std::string, std::string> with(std::map<std::string, std::string> vars,
                                         const std::string& name, const char* value) {
@@ -64,8 +67,8 @@ TEST(DistEnvTest, ReadsTorchrunsVariables) {
   EXPECT_EQ(env.master_addr, "10.0.0.1");
   EXPECT_EQ(env.master_port, 29500);
   EXPECT_FALSE(env.agent_store);
-  EXPECT_TRUE(read_dist_env(env_of(with(kTorchrun, "TORCHELASTIC_USE_AGENT_STORE", "True")))
-                  ->agent_store);
+  EXPECT_TRUE(
+      read_dist_env(env_of(with(kTorchrun, "TORCHELASTIC_USE_AGENT_STORE", "True")))->agent_store);
   // One machine without the LOCAL_* pair: they are RANK and WORLD_SIZE.
   const DistEnv single = *read_dist_env(
       env_of(with(with(kTorchrun, "LOCAL_RANK", nullptr), "LOCAL_WORLD_SIZE", nullptr)));
@@ -188,7 +191,8 @@ TEST(ProcessGroupTest, ARankWhosePeersNeverComeFailsWithinTheTimeout) {
 // A small model whose initial weights depend on the seed only.
 torch::nn::Sequential make_net(uint64_t seed) {
   torch::manual_seed(seed);
-  return torch::nn::Sequential(torch::nn::Linear(8, 16), torch::nn::ReLU(), torch::nn::Linear(16, 3));
+  return torch::nn::Sequential(torch::nn::Linear(8, 16), torch::nn::ReLU(),
+                               torch::nn::Linear(16, 3));
 }
 
 // Gradients of the mean loss over `x`, `y` on the seed's model, computed in one process.
@@ -223,9 +227,10 @@ TEST(GradSyncTest, TwoRanksWithAccumulationEqualOneProcessOnTheWholeBatch) {
       for (int64_t micro = 0; micro < 2; ++micro) {
         const int64_t begin = env.rank * 8 + micro * 4;
         sync.before_forward(/*sync=*/micro == 1);
-        const at::Tensor loss = at::cross_entropy_loss(net->forward(x[step].slice(0, begin, begin + 4)),
-                                                       y[step].slice(0, begin, begin + 4)) /
-                                2;
+        const at::Tensor loss =
+            at::cross_entropy_loss(net->forward(x[step].slice(0, begin, begin + 4)),
+                                   y[step].slice(0, begin, begin + 4)) /
+            2;
         loss.backward();
         if (micro == 0) {
           // An accumulation micro-step communicates nothing: the gradient is this rank's own

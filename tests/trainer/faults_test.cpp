@@ -173,7 +173,7 @@ class GatedTrainer : public BlobTrainer {
 TEST(TrainerFaultsTest, AStopWhileTheLoaderIsStuckCheckpointsTheLastStepAndResumesExactly) {
   const std::string dir = temp_dir("stuck");
   ExperimentConfig config = base_config(dir);
-  config.model.dropout = 0.2;  // the RNG must be put back to the step's start
+  config.model.dropout = 0.2;   // the RNG must be put back to the step's start
   config.data.shuffle = false;  // batch b holds samples [8b, 8b + 8)
   config.data.batch_size = 8;
   config.data.num_workers = 2;
@@ -324,7 +324,8 @@ class KeyedErrorTrainer : public BlobTrainer {
 
  protected:
   DatasetPtr build_train_dataset() override {
-    throw ConfigError("data.transforms[0].size", "random_crop 32x32 is larger than the 28x28 image");
+    throw ConfigError("data.transforms[0].size",
+                      "random_crop 32x32 is larger than the 28x28 image");
   }
 };
 

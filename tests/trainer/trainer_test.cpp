@@ -173,7 +173,8 @@ TEST(TrainerTest, EvaluationTimeIsNotCountedInTheNextWindow) {
     if (r.kind != RecordKind::kTrain) continue;
     ++windows;
     const double step_ms = r.values.at("step_time_ms");
-    const double examples = r.values.at("samples_per_s") * step_ms / 1e3 * r.values.at("window_steps");
+    const double examples =
+        r.values.at("samples_per_s") * step_ms / 1e3 * r.values.at("window_steps");
     EXPECT_NEAR(examples, 2 * 16, 1e-6) << "step " << r.step;
     EXPECT_LT(step_ms, 150.0) << "step " << r.step;
     EXPECT_EQ(r.values.count("tokens_per_s"), 0u) << "an image model counts no tokens";

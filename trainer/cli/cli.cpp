@@ -10,8 +10,8 @@
 #include <fmt/ranges.h>
 
 #include "core/build_info.h"
-#include "core/config.h"
 #include "core/checkpoint_io.h"
+#include "core/config.h"
 #include "core/error.h"
 #include "core/json_lines.h"
 #include "core/log.h"
@@ -53,7 +53,8 @@ std::string take_value(const std::vector<std::string>& args, size_t& i, const st
   const std::string& arg = args[i];
   const std::string prefix = flag + "=";
   if (arg.rfind(prefix, 0) == 0) return arg.substr(prefix.size());
-  if (i + 1 >= args.size()) throw UsageError(fmt::format("{} needs a value (see trainer --help)", flag));
+  if (i + 1 >= args.size())
+    throw UsageError(fmt::format("{} needs a value (see trainer --help)", flag));
   return args[++i];
 }
 
@@ -81,8 +82,7 @@ Args parse_args(const std::vector<std::string>& args) {
       char* end = nullptr;
       const long long v = std::strtoll(n.c_str(), &end, 10);
       if (n.empty() || *end != '\0' || v < 1) {
-        throw UsageError(
-            fmt::format("--nproc-per-node needs a number of ranks >= 1, got '{}'", n));
+        throw UsageError(fmt::format("--nproc-per-node needs a number of ranks >= 1, got '{}'", n));
       }
       out.nproc_per_node = v;
       continue;  // the ranks do not get it
@@ -189,7 +189,8 @@ int run_export_command(const std::vector<std::string>& argv) {
   }
   if (target.empty()) throw UsageError("trainer export: give a run directory or a checkpoint");
   if (format != "safetensors") {
-    throw UsageError(fmt::format("trainer export: --format {} is not supported (safetensors)", format));
+    throw UsageError(
+        fmt::format("trainer export: --format {} is not supported (safetensors)", format));
   }
   const std::string checkpoint = checkpoint_of(target);
   if (verify_checkpoint_checksum(checkpoint) == ChecksumStatus::kMissing) {
@@ -201,8 +202,8 @@ int run_export_command(const std::vector<std::string>& argv) {
   char* end = nullptr;
   const long long vocab_size = std::strtoll(vocab.c_str(), &end, 10);
   if (vocab.empty() || *end != '\0' || vocab_size <= 0) {
-    throw UsageError(fmt::format("trainer export: --vocab-size needs a positive integer, got '{}'",
-                                 vocab));
+    throw UsageError(
+        fmt::format("trainer export: --vocab-size needs a positive integer, got '{}'", vocab));
   }
   TensorMap weights = read_weights_file(checkpoint);
   if (names == "hf-gpt2") {
@@ -215,8 +216,9 @@ int run_export_command(const std::vector<std::string>& argv) {
   if (out.empty()) out = fs::path(checkpoint).replace_extension(".safetensors").string();
   write_safetensors(out, weights, {{"format", "pt"}, {"brrr_checkpoint", checkpoint}});
   log::info("exported {} tensors of {} to {}{}", weights.size(), checkpoint, out,
-            names == "hf-gpt2" ? fmt::format(" (Hugging Face GPT-2 names, vocabulary {})", vocab_size)
-                               : "");
+            names == "hf-gpt2"
+                ? fmt::format(" (Hugging Face GPT-2 names, vocabulary {})", vocab_size)
+                : "");
   return 0;
 }
 
@@ -251,7 +253,8 @@ int run_eval_command(const std::vector<std::string>& argv, const TrainerFactory&
   std::cout << fmt::format("eval of {} (step {}):{}\n", path, trainer.step(), line);
   // Appended beside the run's files, never into them: a training run may own metrics.jsonl.
   if (fs::is_directory(trainer.run_dir())) {
-    std::ofstream(fs::path(trainer.run_dir()) / "eval.jsonl", std::ios::app) << record.dump() << "\n";
+    std::ofstream(fs::path(trainer.run_dir()) / "eval.jsonl", std::ios::app)
+        << record.dump() << "\n";
   }
   return 0;
 }

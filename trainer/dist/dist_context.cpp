@@ -24,12 +24,12 @@ void collective(const DistContext& dist, const char* what, F&& body) {
     body();
   } catch (const std::exception& e) {
     const std::string message = e.what();
-    throw Error(fmt::format("rank {} of {}: {} failed: {} (a rank waits at most "
-                            "run.dist_timeout_s = {} s for the others; is one of them dead, "
-                            "stopped or far behind?)",
-                            dist.rank(), dist.world_size(), what,
-                            message.substr(0, message.find('\n')),
-                            static_cast<double>(dist.timeout().count()) / 1000.0));
+    throw Error(
+        fmt::format("rank {} of {}: {} failed: {} (a rank waits at most "
+                    "run.dist_timeout_s = {} s for the others; is one of them dead, "
+                    "stopped or far behind?)",
+                    dist.rank(), dist.world_size(), what, message.substr(0, message.find('\n')),
+                    static_cast<double>(dist.timeout().count()) / 1000.0));
   }
 }
 

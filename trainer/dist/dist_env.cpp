@@ -33,9 +33,10 @@ std::optional<DistEnv> read_dist_env(const std::function<const char*(const char*
   const auto require = [&](const char* name) {
     const char* v = get(name);
     if (v == nullptr || *v == '\0') {
-      fail(fmt::format("{} is not set (torchrun sets RANK, WORLD_SIZE, LOCAL_RANK, "
-                       "LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT; {} is)",
-                       name, rank != nullptr ? "RANK" : "WORLD_SIZE"));
+      fail(
+          fmt::format("{} is not set (torchrun sets RANK, WORLD_SIZE, LOCAL_RANK, "
+                      "LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT; {} is)",
+                      name, rank != nullptr ? "RANK" : "WORLD_SIZE"));
     }
     return v;
   };

@@ -27,9 +27,9 @@ struct DistEnv {
 /// missing or bad one is a UsageError naming it and its value ("RANK=2 is not in [0,
 /// WORLD_SIZE=2)"). LOCAL_RANK and LOCAL_WORLD_SIZE may both be absent (one machine: they are
 /// RANK and WORLD_SIZE).
-std::optional<DistEnv> read_dist_env(
-    const std::function<const char*(const char*)>& get = [](const char* name) {
-      return static_cast<const char*>(std::getenv(name));
-    });
+std::optional<DistEnv> read_dist_env(const std::function<const char*(const char*)>& get =
+                                         [](const char* name) {
+                                           return static_cast<const char*>(std::getenv(name));
+                                         });
 
 }  // namespace brrr

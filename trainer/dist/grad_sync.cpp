@@ -23,7 +23,8 @@ GradSync::GradSync(std::vector<at::Tensor> params, const std::vector<std::string
   for (size_t i = 0; i < names.size(); ++i) param_names[i] = names[i];
   const std::vector<bool> sparse(params.size(), false);
   std::vector<int> device_ids;  // as DDP gives them: the GPU of a single-device module
-  if (!params.empty() && params.front().is_cuda()) device_ids.push_back(params.front().get_device());
+  if (!params.empty() && params.front().is_cuda())
+    device_ids.push_back(params.front().get_device());
   reducer_ = std::make_shared<c10d::Reducer>(
       std::move(params), std::move(buckets), std::move(group), sparse, bucket_bytes,
       /*find_unused_parameters=*/false, /*gradient_as_bucket_view=*/false, std::move(param_names),
@@ -57,7 +58,8 @@ std::map<std::string, double> GradSync::backward_times() const {
       {"overlap", "avg_backward_compute_comm_overlap_time"}};
   for (const auto& [name, key] : fields) {
     const auto it = data.ints_map.find(key);
-    if (it != data.ints_map.end() && it->second > 0) out[name] = static_cast<double>(it->second) / 1e6;
+    if (it != data.ints_map.end() && it->second > 0)
+      out[name] = static_cast<double>(it->second) / 1e6;
   }
   return out;
 }

@@ -17,7 +17,7 @@
 namespace c10d {
 class Reducer;
 class Logger;
-}
+}  // namespace c10d
 
 namespace brrr {
 

@@ -10,7 +10,9 @@
 
 namespace brrr {
 
-bool gloo_available() { return true; }
+bool gloo_available() {
+  return true;
+}
 
 namespace detail {
 

@@ -4,7 +4,9 @@
 
 namespace brrr {
 
-bool gloo_available() { return false; }
+bool gloo_available() {
+  return false;
+}
 
 namespace detail {
 

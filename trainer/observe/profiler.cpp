@@ -43,8 +43,9 @@ void TraceRecorder::stop() {
   auto result = torch::autograd::profiler::disableProfiler();
   if (!result) throw Error("profiler: the Kineto profiler returned no result (was it enabled?)");
   result->save(path_);
-  log::info("profiler: trace written to {} (open it in https://ui.perfetto.dev or chrome://tracing)",
-            path_);
+  log::info(
+      "profiler: trace written to {} (open it in https://ui.perfetto.dev or chrome://tracing)",
+      path_);
 }
 
 }  // namespace brrr

@@ -116,9 +116,13 @@ void ProgressLine::log(log::Level level, std::string_view message) {
   if (log::level() <= level) log::write(level, message);
 }
 
-void ProgressLine::clear() { log::clear_live_line(); }  // no-op when nothing is shown
+void ProgressLine::clear() {
+  log::clear_live_line();
+}  // no-op when nothing is shown
 
-void ProgressLine::finish() { log::end_live_line(); }
+void ProgressLine::finish() {
+  log::end_live_line();
+}
 
 std::string ProgressLine::fitted_text() const {
   // One column short of the width: writing the last column makes some terminals wrap, and a

@@ -88,7 +88,7 @@ class ProgressLine {
   bool terminal_ = false;
   size_t width_ = 80;
   mutable std::mutex mutex_;
-  std::string text_;    // last formatted line
+  std::string text_;  // last formatted line
   std::chrono::steady_clock::time_point last_time_;
   int64_t last_step_ = 0;
   std::optional<double> secs_per_step_;  // exponential moving average

@@ -100,9 +100,9 @@ std::string encode_text_event(double wall_time, int64_t step, const std::string&
   put_bytes(metadata, 1, plugin);  // SummaryMetadata.plugin_data
   std::string shape;               // TensorShapeProto without dims: a scalar
   std::string tensor;
-  put_int64(tensor, 1, 7);        // TensorProto.dtype = DT_STRING
-  put_bytes(tensor, 2, shape);    // TensorProto.tensor_shape
-  put_bytes(tensor, 8, text);     // TensorProto.string_val
+  put_int64(tensor, 1, 7);      // TensorProto.dtype = DT_STRING
+  put_bytes(tensor, 2, shape);  // TensorProto.tensor_shape
+  put_bytes(tensor, 8, text);   // TensorProto.string_val
   std::string value;
   put_bytes(value, 1, tag);       // Summary.Value.tag
   put_bytes(value, 9, metadata);  // Summary.Value.metadata

@@ -45,7 +45,8 @@ uint64_t le(const std::string& s, size_t pos, int bytes) {
 }
 
 TEST(TensorBoardWriterTest, ScalarsReadBackByTensorBoard) {
-  if (!test::python_imports("tensorboard")) GTEST_SKIP() << "python `tensorboard` package not importable";
+  if (!test::python_imports("tensorboard"))
+    GTEST_SKIP() << "python `tensorboard` package not importable";
   const fs::path dir = fresh_dir("readback");
   // (prefix, step, name, value); steps include a multi-byte varint beyond 2^32.
   const std::vector<std::tuple<std::string, int64_t, std::string, double>> written = {
@@ -67,9 +68,9 @@ TEST(TensorBoardWriterTest, ScalarsReadBackByTensorBoard) {
 
   int status = 0;
   const std::string out =
-      test::run_command(fmt::format("{} {}/tests/trainer/observe/read_tb_events.py {} 2>&1", BRRR_PYTHON,
-                              BRRR_SOURCE_DIR, dir.string()),
-                  &status);
+      test::run_command(fmt::format("{} {}/tests/trainer/observe/read_tb_events.py {} 2>&1",
+                                    BRRR_PYTHON, BRRR_SOURCE_DIR, dir.string()),
+                        &status);
   ASSERT_EQ(status, 0) << out;
 
   std::istringstream lines(out);
@@ -101,7 +102,8 @@ TEST(TensorBoardWriterTest, ScalarsReadBackByTensorBoard) {
   }
   EXPECT_EQ(records, 6) << out;  // header + 5 events, every CRC verified by the reader
   // The text plugin's record, read back through TensorBoard's tensor path.
-  EXPECT_EQ(texts, std::vector<std::string>{"text\tconfig\t0\ttext\t'    run: {name: x}\\n    seed: 1'"})
+  EXPECT_EQ(texts,
+            std::vector<std::string>{"text\tconfig\t0\ttext\t'    run: {name: x}\\n    seed: 1'"})
       << out;
   EXPECT_EQ(version, "2.0") << out;  // EventAccumulator parses "brain.Event:2" to 2.0
   ASSERT_EQ(scalars.size(), written.size()) << out;
