@@ -559,6 +559,20 @@ void bench_bias_grad(Out& out, int repeats) {
     out.row(op.c_str(), "copy_graph_per_call", "bwd",
             graph_ms_per_call([&](int i) { copies[i].copy_(gs[i]); }, kCallsPerGraph, repeats),
             2 * bytes);
+    // A copy of half the rows: as many bytes moved (read + written) as the sum reads.
+    std::vector<at::Tensor> halves;
+    for (int i = 0; i < kCallsPerGraph; ++i)
+      halves.push_back(at::empty({kRows / 2, cols}, g.options()));
+    out.row(op.c_str(), "copy_half_graph_per_call", "bwd",
+            graph_ms_per_call([&](int i) { halves[i].copy_(gs[i].narrow(0, 0, kRows / 2)); },
+                              kCallsPerGraph, repeats),
+            bytes);
+    // Reads of the same bytes front to back by ATen's reductions (all elements; each row): what
+    // a read-only pass over this little data reaches when it streams rows whole.
+    out.row(op.c_str(), "read_sum_all_graph_per_call", "bwd",
+            graph_ms_per_call([&](int i) { at::sum(gs[i]); }, kCallsPerGraph, repeats), bytes);
+    out.row(op.c_str(), "read_row_sums_graph_per_call", "bwd",
+            graph_ms_per_call([&](int i) { at::sum(gs[i], 1); }, kCallsPerGraph, repeats), bytes);
     // column_sum's two-launch path (partials, then sum_partials) where it takes one launch.
     out.row(op.c_str(), "brrr_two_launches_graph_per_call", "bwd",
             graph_ms_per_call([&](int i) { brrr::detail::column_sum_cuda(gs[i], false); },
