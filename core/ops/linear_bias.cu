@@ -16,6 +16,7 @@
 #include <ATen/ATen.h>
 
 #include <cooperative_groups.h>
+#include <cuda/ptx>
 
 #include <algorithm>
 #include <map>
@@ -70,8 +71,10 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
 // The one-launch path. A warp's lanes: kRowLanes over rows, 4 over the slab's columns (4 * kV
 // columns, 64 bytes of a row); a block's warps and the cluster's blocks interleave over the rows,
 // so each thread adds every (kClusterBlocks * kClusterWarps * kRowLanes)-th row of its columns,
-// with 8 rows' loads in flight. The sums then meet in a fixed order: the row lanes by shuffles,
-// the warps in shared memory, the blocks by rank 0 reading the others' shared memory.
+// with 8 rows' loads in flight. A warp's row lanes meet by shuffles; then every warp of the
+// cluster stores its sums straight into rank 0's shared memory (st.async, each store counted on
+// rank 0's mbarrier), and only rank 0 waits: for the bytes, then adds the 64 warp sums of a column
+// in a fixed order (a block's 8 warps, then the 8 blocks). The other blocks leave after storing.
 constexpr int kClusterBlocks = 8;  // the portable maximum
 constexpr int kClusterWarps = 8;
 constexpr int kRowLanes = 8;
@@ -85,12 +88,22 @@ __global__ void __launch_bounds__(kClusterWarps* kWarpSize)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   using acc_t = acc_type<T>;
   constexpr int kSlab = kColLanes * kV;
+  constexpr int kWarpSums = kClusterBlocks * kClusterWarps;
+  constexpr int kStore = 16 / sizeof(acc_t);  // acc_t values of one 16-byte st.async
   static_assert(sizeof(Vec<T, kV>) == sizeof(uint4), "a lane's columns are one 16-byte load");
-  __shared__ acc_t warp_sums[kClusterWarps][kSlab];
-  __shared__ acc_t block_sum[kSlab];
+  static_assert(kV % kStore == 0, "a lane's sums are whole 16-byte stores");
+  __shared__ alignas(16) acc_t warp_sums[kWarpSums][kSlab];  // rank 0's are the cluster's
+  __shared__ uint64_t landed;  // rank 0's completes when all of warp_sums has arrived
   namespace cg = cooperative_groups;
+  namespace ptx = cuda::ptx;
   const cg::cluster_group cluster = cg::this_cluster();
   const auto rank = static_cast<int>(cluster.block_rank());
+  if (rank == 0 && threadIdx.x == 0) {
+    ptx::mbarrier_init(&landed, 1);
+    ptx::fence_mbarrier_init(ptx::sem_release, ptx::scope_cluster);
+  }
+  // Waited for only before the stores: by then rank 0 has started and set up its barrier.
+  ptx::barrier_cluster_arrive(ptx::sem_relaxed);
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int row_lane = lane / kColLanes, col_lane = lane % kColLanes;
   const int64_t col = static_cast<int64_t>(blockIdx.x) * kSlab + col_lane * kV;
@@ -123,27 +136,42 @@ __global__ void __launch_bounds__(kClusterWarps* kWarpSize)
       acc[k] += __shfl_xor_sync(0xffffffffu, acc[k], offset);
     }
   }
-  if (row_lane == 0) {
-#pragma unroll
-    for (int k = 0; k < kV; ++k) warp_sums[warp][col_lane * kV + k] = acc[k];
+  ptx::barrier_cluster_wait();
+  if (rank == 0 && threadIdx.x == 0) {
+    // The barrier's one arrival, and the bytes its phase waits for. Stores that land before this
+    // take the count below zero; the phase still needs this arrival to complete.
+    ptx::mbarrier_arrive_expect_tx(ptx::sem_release, ptx::scope_cta, ptx::space_shared, &landed,
+                                   uint32_t{sizeof(warp_sums)});
   }
-  __syncthreads();
+  if (row_lane == 0) {  // past the last column too: rank 0 expects every byte of warp_sums
+    acc_t* to = cluster.map_shared_rank(&warp_sums[rank * kClusterWarps + warp][col_lane * kV], 0);
+    uint64_t* bar = cluster.map_shared_rank(&landed, 0);
+#pragma unroll
+    for (int k = 0; k < kV; k += kStore) {
+      if constexpr (kStore == 4) {
+        const acc_t four[4] = {acc[k], acc[k + 1], acc[k + 2], acc[k + 3]};
+        ptx::st_async(to + k, four, bar);
+      } else {
+        const acc_t two[2] = {acc[k], acc[k + 1]};
+        ptx::st_async(to + k, two, bar);
+      }
+    }
+  }
+  if (rank != 0) return;
+  while (!ptx::mbarrier_try_wait_parity(ptx::sem_acquire, ptx::scope_cluster, &landed, 0)) {
+  }
   if (threadIdx.x < kSlab) {
-    acc_t s = 0;
-#pragma unroll
-    for (int w = 0; w < kClusterWarps; ++w) s += warp_sums[w][threadIdx.x];
-    block_sum[threadIdx.x] = s;
-  }
-  cluster.sync();  // every block's block_sum is written
-  if (rank == 0 && threadIdx.x < kSlab) {
     acc_t total = 0;
 #pragma unroll
-    for (int b = 0; b < kClusterBlocks; ++b)
-      total += cluster.map_shared_rank(block_sum, b)[threadIdx.x];
+    for (int b = 0; b < kClusterBlocks; ++b) {
+      acc_t s = 0;
+#pragma unroll
+      for (int w = 0; w < kClusterWarps; ++w) s += warp_sums[b * kClusterWarps + w][threadIdx.x];
+      total += s;
+    }
     const int64_t c = static_cast<int64_t>(blockIdx.x) * kSlab + threadIdx.x;
     if (c < cols) out[c] = static_cast<T>(total);
   }
-  cluster.sync();  // no block leaves (freeing its shared memory) before rank 0 has read it
 #endif
 }
 
