@@ -545,11 +545,13 @@ void bench_bias_grad(Out& out, int repeats) {
     // A device-to-device copy of the same bytes: what a pass over this little data can reach.
     at::Tensor copy = at::empty_like(g);
     out.row(op.c_str(), "copy_graph", "bwd", graph_ms([&] { copy.copy_(g); }, repeats), 2 * bytes);
-    // The same, a call's share of kCallsPerGraph in one graph, each on its own gradient.
-    std::vector<at::Tensor> gs, copies;
+    // The same, a call's share of kCallsPerGraph in one graph, each on its own gradient; halves:
+    // the destinations of a copy of half the rows.
+    std::vector<at::Tensor> gs, copies, halves;
     for (int i = 0; i < kCallsPerGraph; ++i) {
       gs.push_back(randn({kRows, cols}, at::kBFloat16));
       copies.push_back(at::empty_like(gs.back()));
+      halves.push_back(at::empty({kRows / 2, cols}, g.options()));
     }
     out.row(op.c_str(), "eager_graph_per_call", "bwd",
             graph_ms_per_call([&](int i) { at::sum(gs[i], 0); }, kCallsPerGraph, repeats), bytes);
@@ -560,9 +562,6 @@ void bench_bias_grad(Out& out, int repeats) {
             graph_ms_per_call([&](int i) { copies[i].copy_(gs[i]); }, kCallsPerGraph, repeats),
             2 * bytes);
     // A copy of half the rows: as many bytes moved (read + written) as the sum reads.
-    std::vector<at::Tensor> halves;
-    for (int i = 0; i < kCallsPerGraph; ++i)
-      halves.push_back(at::empty({kRows / 2, cols}, g.options()));
     out.row(op.c_str(), "copy_half_graph_per_call", "bwd",
             graph_ms_per_call([&](int i) { halves[i].copy_(gs[i].narrow(0, 0, kRows / 2)); },
                               kCallsPerGraph, repeats),

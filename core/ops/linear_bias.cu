@@ -2,8 +2,9 @@
 //
 // One launch on Hopper (sm_90 and later): clusters of 8 blocks, each cluster owning a slab of
 // 4 * kV columns over all rows (a GPT-2 bias gradient, 16384 x 768 bf16: 24 clusters, 192 blocks).
-// Each block adds its share of the rows, and the cluster's 8 block sums meet through distributed
-// shared memory: no partials in global memory and no second launch.
+// Each block adds its share of the rows, and the cluster's 64 warp sums meet in rank 0's shared
+// memory (stores from the other blocks through distributed shared memory): no partials in global
+// memory and no second launch.
 // Two launches otherwise: a grid x over slabs of 32 * kV columns, y over chunks of rows, sized so
 // that about 4 blocks an SM run at once, writes (chunks, C) float partials, and
 // sum_partials_kernel adds them (3 slabs x 176 chunks of 94 rows at 16384 x 768 bf16).
