@@ -62,8 +62,9 @@ class CheckpointStore {
   /// Same for checkpoints/best.pt (not counted in keep_last, never pruned).
   std::string save_best(const std::function<void(torch::serialize::OutputArchive&)>& fill) const;
 
-  /// The highest-step checkpoint that passes its checksum and loads. A newer one that does not
-  /// (truncated, corrupt) is skipped with a warning naming the file and what is wrong with it.
+  /// The highest-step checkpoint that passes its checksum (one without a checksum: that loads).
+  /// A newer one that does not (truncated, corrupt) is skipped with a warning naming the file and
+  /// what is wrong with it. A checksummed file is read through but not parsed.
   /// nullopt when none is valid (list() tells whether there were any at all).
   std::optional<std::string> latest() const;
   /// best.pt if it exists.

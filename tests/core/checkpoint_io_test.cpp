@@ -16,6 +16,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "core/crc32c.h"
 #include "core/error.h"
 #include "tests/test_fs.h"
 
@@ -190,6 +191,36 @@ TEST(CheckpointStoreTest, KeepsTheLastKAndNeverPrunesBest) {
   for (int64_t step : {1, 2, 3, 4, 5}) keep_all.save(step, weights(1.0f));
   EXPECT_EQ(keep_all.list().size(), 5u);
   EXPECT_THROW(CheckpointStore(run.string(), -1), CheckpointError);
+}
+
+// latest() trusts a checksum that matches (the bytes brrr's writer wrote) and leaves parsing to
+// the load, so a resume parses its checkpoint once: a checksummed file that is no archive at all
+// is the one chosen, and loading it is the error that names it.
+TEST(CheckpointStoreTest, LatestTrustsAMatchingChecksumWithoutParsing) {
+  const fs::path run = fresh_dir("unparsed");
+  CheckpointStore store(run.string(), 5);
+  store.save(100, weights(1.0f));
+  // An end-of-central-directory record (comment length zero) after bytes that are no archive,
+  // then the comment length and the checksum comment, as the writer stamps a file.
+  std::string bytes = "not a zip archive, checksummed all the same";
+  std::string eocd(22, '\0');
+  eocd.replace(0, 4, std::string{'P', 'K', 5, 6});
+  bytes += eocd;
+  const uint32_t crc = crc32c(bytes.data(), bytes.size(), 0);
+  bytes[bytes.size() - 2] = 20;
+  bytes += fmt::format("brrr-crc32c:{:08x}", crc);
+  const std::string stamped = store.step_path(200);
+  write_text(stamped, bytes);
+  ASSERT_EQ(verify_checkpoint_checksum(stamped), ChecksumStatus::kVerified);
+
+  EXPECT_EQ(store.latest(), stamped);
+  try {
+    CheckpointStore::load(stamped, [](torch::serialize::InputArchive&) {});
+    ADD_FAILURE() << "a file that is no archive loaded";
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot load checkpoint '" + stamped), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(CheckpointStoreTest, CorruptNewestIsSkippedWithAWarningNamingIt) {
