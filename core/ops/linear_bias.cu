@@ -149,13 +149,10 @@ __global__ void __launch_bounds__(kClusterWarps* kWarpSize)
     uint64_t* bar = cluster.map_shared_rank(&landed, 0);
 #pragma unroll
     for (int k = 0; k < kV; k += kStore) {
-      if constexpr (kStore == 4) {
-        const acc_t four[4] = {acc[k], acc[k + 1], acc[k + 2], acc[k + 3]};
-        ptx::st_async(to + k, four, bar);
-      } else {
-        const acc_t two[2] = {acc[k], acc[k + 1]};
-        ptx::st_async(to + k, two, bar);
-      }
+      acc_t part[kStore];  // v4.b32 (float) or v2.b64 (double)
+#pragma unroll
+      for (int i = 0; i < kStore; ++i) part[i] = acc[k + i];
+      ptx::st_async(to + k, part, bar);
     }
   }
   if (rank != 0) return;
