@@ -110,6 +110,7 @@ __global__ void __launch_bounds__(kCols* kRows)
   using acc_t = acc_type<T>;
   // [row lane][element][column lane]: a warp's 32 lanes touch 32 consecutive words.
   __shared__ acc_t lane_sum[kRows][kV][kCols];
+  pdl_trigger();
   const int64_t j = static_cast<int64_t>(blockIdx.x) * kCols + threadIdx.x;  // column vector
   const int64_t width = row_vecs * kV;
   acc_t sum[kV];

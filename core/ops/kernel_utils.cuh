@@ -5,6 +5,7 @@
 // Invariant: every reduction here combines values in an order fixed by the launch shape alone (no
 // atomics), so a kernel built on them gives the same bits on every run with the same shapes on
 // the same device.
+#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/macros/Macros.h>
 #include <cuda_runtime.h>
@@ -108,6 +109,22 @@ __device__ __forceinline__ T warp_sum(T v) {
   return v;
 }
 
+/// Programmatic dependent launch (sm_90 and later): a kernel whose partials sum_partials_kernel
+/// adds calls pdl_trigger() at its start, so that once all its blocks run, the sum's launch and
+/// block start-up proceed during its tail; sum_partials_kernel's pdl_wait() then holds until the
+/// first kernel has finished and its writes are visible. Both are no-ops before sm_90, and
+/// pdl_wait() returns at once when the launch did not ask for the overlap.
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 /// Where the second stage of a two-stage column sum writes: column c goes to
 /// ptr[c / segment][c % segment], so one launch fills up to three outputs whose partials lie side
 /// by side in each part's row (a LayerNorm's dweight and dbias, and the bias gradient of the
@@ -135,6 +152,7 @@ __global__ void __launch_bounds__(kSumCols* kSumLanes)
     sum_partials_kernel(const acc_t* __restrict__ partial, SumOutputs<out_t> outs, int64_t nparts,
                         int64_t ncols, int64_t stride) {
   __shared__ acc_t lane_sum[kSumLanes][kSumCols];
+  pdl_wait();  // the partials are complete from here on
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kSumCols + threadIdx.x;
   acc_t t = 0;
   if (c < ncols) {
@@ -157,11 +175,19 @@ __global__ void __launch_bounds__(kSumCols* kSumLanes)
 template <typename acc_t, typename out_t>
 void launch_sum_partials(const acc_t* partial, SumOutputs<out_t> outs, int64_t nparts,
                          int64_t ncols, int64_t stride, cudaStream_t stream) {
-  const dim3 block(kSumCols, kSumLanes);
-  const auto grid = static_cast<unsigned>((ncols + kSumCols - 1) / kSumCols);
-  sum_partials_kernel<acc_t, out_t>
-      <<<grid, block, 0, stream>>>(partial, outs, nparts, ncols, stride);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>((ncols + kSumCols - 1) / kSumCols));
+  config.blockDim = dim3(kSumCols, kSumLanes);
+  config.stream = stream;
+  cudaLaunchAttribute overlap{};  // programmatic dependent launch, see pdl_trigger
+  overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  overlap.val.programmaticStreamSerializationAllowed = 1;
+  if (at::cuda::getCurrentDeviceProperties()->major >= 9) {
+    config.attrs = &overlap;
+    config.numAttrs = 1;
+  }
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&config, sum_partials_kernel<acc_t, out_t>, partial, outs,
+                                    nparts, ncols, stride));
 }
 
 /// The same into one output of ncols columns.

@@ -40,6 +40,7 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
                            int64_t rows, int64_t cols, int64_t rows_per_chunk) {
   using acc_t = acc_type<T>;
   __shared__ acc_t warp_sums[kWarps][kWarpSize * kV];
+  pdl_trigger();
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int64_t col = (static_cast<int64_t>(blockIdx.x) * kWarpSize + lane) * kV;
   const int64_t begin = static_cast<int64_t>(blockIdx.y) * rows_per_chunk;

@@ -196,6 +196,7 @@ __global__ void __launch_bounds__(kBwdMaxWarps* kWarpSize, kDxRegs > 0 ? 4 : 1)
                        int64_t rows, int64_t channels, int64_t slice, int sums) {
   using acc_t = acc_type<T>;
   extern __shared__ __align__(16) unsigned char smem[];
+  pdl_trigger();
   const int warps = blockDim.x / kWarpSize;
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int slices = kDxRegs > 0 ? 2 : sums;  // in shared memory, a warp
