@@ -7,6 +7,7 @@
 // the same device.
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <c10/macros/Macros.h>
 #include <cuda_runtime.h>
 
@@ -14,6 +15,9 @@
 
 #include <cfloat>
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <utility>
 
 namespace brrr::detail {
 
@@ -109,11 +113,28 @@ __device__ __forceinline__ T warp_sum(T v) {
   return v;
 }
 
+/// Whether `kernel` runs code built for sm_90 or later on `device` (asked once a kernel and
+/// device): false on a GPU before sm_90, and where the build's newest code for the GPU is older
+/// PTX, JIT-compiled without its sm_90 parts (clusters, griddepcontrol).
+inline bool runs_sm90_code(const void* kernel, int device) {
+  static std::mutex mutex;
+  static std::map<std::pair<const void*, int>, bool> known;
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto key = std::make_pair(kernel, device);
+  if (const auto it = known.find(key); it != known.end()) return it->second;
+  cudaFuncAttributes attrs{};
+  C10_CUDA_CHECK(cudaFuncGetAttributes(&attrs, kernel));
+  return known[key] =
+             at::cuda::getDeviceProperties(device)->major >= 9 && attrs.binaryVersion >= 90;
+}
+
 /// Programmatic dependent launch (sm_90 and later): a kernel whose partials sum_partials_kernel
 /// adds calls pdl_trigger() at its start, so that once all its blocks run, the sum's launch and
 /// block start-up proceed during its tail; sum_partials_kernel's pdl_wait() then holds until the
 /// first kernel has finished and its writes are visible. Both are no-ops before sm_90, and
-/// pdl_wait() returns at once when the launch did not ask for the overlap.
+/// pdl_wait() returns at once when the launch did not ask for the overlap. The launch asks for it
+/// only where the sum runs its sm_90 code: without the wait, the partials' writes need not be
+/// visible when it starts.
 __device__ __forceinline__ void pdl_trigger() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
@@ -182,12 +203,12 @@ void launch_sum_partials(const acc_t* partial, SumOutputs<out_t> outs, int64_t n
   cudaLaunchAttribute overlap{};  // programmatic dependent launch, see pdl_trigger
   overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   overlap.val.programmaticStreamSerializationAllowed = 1;
-  if (at::cuda::getCurrentDeviceProperties()->major >= 9) {
+  const auto kernel = sum_partials_kernel<acc_t, out_t>;
+  if (runs_sm90_code(reinterpret_cast<const void*>(kernel), c10::cuda::current_device())) {
     config.attrs = &overlap;
     config.numAttrs = 1;
   }
-  C10_CUDA_CHECK(cudaLaunchKernelEx(&config, sum_partials_kernel<acc_t, out_t>, partial, outs,
-                                    nparts, ncols, stride));
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, partial, outs, nparts, ncols, stride));
 }
 
 /// The same into one output of ncols columns.

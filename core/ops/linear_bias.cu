@@ -204,9 +204,7 @@ int64_t cluster_capacity(Kernel kernel, int device) {
   const auto it = known.find(device);
   if (it != known.end()) return it->second;
   int clusters = 0;
-  cudaFuncAttributes attrs{};
-  C10_CUDA_CHECK(cudaFuncGetAttributes(&attrs, kernel));
-  if (at::cuda::getDeviceProperties(device)->major >= 9 && attrs.binaryVersion >= 90) {
+  if (runs_sm90_code(reinterpret_cast<const void*>(kernel), device)) {
     const ClusterLaunch launch(1, nullptr);
     C10_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &launch.config));
   }
