@@ -12,7 +12,8 @@
 //    microseconds).
 //  * Capture runs on a side stream into a private memory pool (PyTorch's recipe: the warm-up
 //    just before it runs eagerly on that same stream, so cuBLAS workspaces and cuDNN plans exist
-//    before capture); replay runs on the current stream. The default CUDA generator is part of
+//    before capture; StepRunner runs every eager step there, so that only this stream's cuBLAS
+//    workspaces exist); replay runs on the current stream. The default CUDA generator is part of
 //    the capture (ATen's CUDAGraph registers it): every replay advances its offset as the eager
 //    step would, so dropout masks differ between replays and the generator state checkpoints and
 //    resumes as in eager mode.
@@ -55,7 +56,7 @@ class StepGraph {
   static std::string signature(const std::vector<Batch>& micro_batches);
 
   /// Runs `fn` eagerly on the capture stream, after the current stream's queued work and before
-  /// its later work: the warm-up step right before a capture.
+  /// its later work: the warm-up steps before a capture, and eager steps between replays.
   void run_on_capture_stream(const std::function<void()>& fn);
 
   /// Allocates the static inputs as copies of `micro_batches` and captures `body` on them.

@@ -90,7 +90,8 @@ struct StepRunnerOptions {
   /// CUDA graph (decide_cuda_graph): kOff, or capture after `graph_warmup_steps` eager steps of
   /// one batch shape and replay from then on.
   GraphMode graph = GraphMode::kOff;
-  /// Eager steps of a batch shape before it is captured; the last runs on the capture stream.
+  /// Eager steps of a batch shape before it is captured (run, as every eager step of graph
+  /// mode, on the capture stream).
   int64_t graph_warmup_steps = kGraphWarmupSteps;
 };
 

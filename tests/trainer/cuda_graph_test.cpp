@@ -1,8 +1,10 @@
 // train.cuda_graph on the GPU (each test skips without CUDA): a graphed run equals the eager run
 // (bit for bit in fp32 without dropout), also with accumulation, clipping, a changing lr, fp16 loss
 // scaling with skipped steps, dropout, a short last batch and a resume; a host sync inside the
-// step falls back under auto and fails under true, leaving the process able to capture again.
+// step falls back under auto and fails under true, leaving the process able to capture again;
+// graph mode's eager steps run on the capture stream.
 #include <ATen/ATen.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 
@@ -128,6 +130,60 @@ TEST(CudaGraphTest, AShortLastBatchRunsEagerlyBetweenReplays) {
   const RunResult graphed = train<Trainer100>(c, "true", "graphed");
   EXPECT_EQ(graphed.cuda_graph, "captured");
   expect_same_run(graphed, eager, 0.0);
+}
+
+// Records the CUDA stream current in every training step's training_step call (captured ones
+// included; not the evaluation's calls through validation_step).
+class StreamTrainer : public BlobTrainer {
+ public:
+  explicit StreamTrainer(ExperimentConfig config) : BlobTrainer(std::move(config), 100) {}
+  std::vector<c10::StreamId> streams;
+
+  static c10::StreamId current_stream() {
+    return c10::impl::getDeviceGuardImpl(c10::kCUDA)->getStream(c10::Device(c10::kCUDA, 0)).id();
+  }
+
+ protected:
+  StepOutput training_step(const Batch& batch) override {
+    if (!evaluating_) streams.push_back(current_stream());
+    return BlobTrainer::training_step(batch);
+  }
+  StepOutput validation_step(const Batch& batch) override {
+    evaluating_ = true;
+    StepOutput out = BlobTrainer::validation_step(batch);
+    evaluating_ = false;
+    return out;
+  }
+
+ private:
+  bool evaluating_ = false;
+};
+
+// Graph mode runs all of its steps' work on the capture stream: the warm-ups, the capture and the
+// eager short-batch steps between replays (one stream's cuBLAS workspaces, not two).
+TEST(CudaGraphTest, EveryEagerStepOfGraphModeRunsOnTheCaptureStream) {
+  SKIP_WITHOUT_CUDA();
+  ExperimentConfig c = cuda_config("graph_streams", 20);
+  c.train.grad_accum_steps = 1;
+  c.data.drop_last = false;  // 100 examples, batch 16: every 7th step is a short, eager one
+  c.train.cuda_graph = "true";
+  const c10::StreamId outside = StreamTrainer::current_stream();
+  StreamTrainer graphed(c);
+  graphed.fit();
+  EXPECT_EQ(summary_of(graphed).text.at("cuda_graph"), "captured");
+  // Steps 1-2 (the warm-ups), 3 (the capture) and the short steps 7 and 14; replays call nothing.
+  ASSERT_EQ(graphed.streams.size(), 5u);
+  for (size_t i = 0; i < graphed.streams.size(); ++i) {
+    EXPECT_EQ(graphed.streams[i], graphed.streams[0]) << "training_step call " << i + 1;
+  }
+  EXPECT_NE(graphed.streams[0], outside) << "graph mode's steps ran on the current stream";
+
+  c.train.cuda_graph = "false";
+  c.run.name = "eager";
+  StreamTrainer eager(c);
+  eager.fit();
+  ASSERT_EQ(eager.streams.size(), 20u);
+  for (const c10::StreamId id : eager.streams) EXPECT_EQ(id, outside);
 }
 
 // Records the dropout mask of every step: a captured step writes it into one buffer, which the
