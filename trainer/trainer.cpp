@@ -140,8 +140,12 @@ Batch Trainer::prepare_batch(Batch batch) {
   if (it != batch.end() && it->second.scalar_type() == at::kByte) {
     if (!normalizer_)
       normalizer_ = std::make_shared<ImageNormalizer>(config_.data.mean, config_.data.std);
+    // Straight into the autocast dtype (bf16/fp16; float32 without autocast): the first conv
+    // would cast a float32 batch to it anyway, as one more kernel over twice the bytes. The
+    // kernel rounds its float32 result once, as that cast does, so the step is the same bit for
+    // bit.
     it->second = (*normalizer_)(
-        it->second, at::kFloat,
+        it->second, autocast_dtype(precision_).value_or(at::kFloat),
         channels_last_ ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous);
   }
   return batch;
@@ -451,7 +455,8 @@ std::string Trainer::ops_plan() const {
         "attention {}", to_string(resolve_attention_backend(
                             parse_attention_backend(config_.model.attention), device_, compute))));
   } else {
-    parts.push_back(fmt::format("image_input {}", path));
+    parts.push_back(fmt::format("image_input {} (uint8 -> {})", path,
+                                c10::toString(autocast_dtype(precision_).value_or(at::kFloat))));
   }
   return fmt::format("{}", fmt::join(parts, ", "));
 }

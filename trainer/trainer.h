@@ -120,8 +120,9 @@ class Trainer {
   /// nullptr = no evaluation.
   virtual DatasetPtr build_val_dataset();
   virtual std::unique_ptr<Optimizer> configure_optimizers();
-  /// Host batch → device batch preparation after the copy (default: uint8 images normalised to
-  /// float on the device; everything else unchanged).
+  /// Host batch → device batch preparation after the copy (default: uint8 images normalised on
+  /// the device into the autocast dtype of train.precision, float32 for fp32/tf32, channels-last
+  /// for conv models on CUDA; everything else unchanged).
   virtual Batch prepare_batch(Batch batch);
   virtual void on_train_start() {}
   virtual void on_step_end(int64_t /*step*/) {}

@@ -1,6 +1,7 @@
 // Trainer properties on CPU: accumulation equals a large batch, resume equals an uninterrupted run
 // (also across an epoch boundary and with worker processes), bf16 autocast trains, a NaN loss stops
-// the run naming the step, early stopping, EMA evaluation, checkpoints written.
+// the run naming the step, early stopping, EMA evaluation, checkpoints written, uint8 images
+// normalised into the autocast dtype.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -13,6 +14,7 @@
 
 #include "core/config.h"
 #include "core/error.h"
+#include "core/ops/image_input.h"
 #include "models/model.h"
 #include "tests/test_fs.h"
 #include "tests/trainer/trainer_test_util.h"
@@ -408,6 +410,94 @@ TEST(TrainerTest, FusedGptTrainsLikeTheUnfusedPathOnCpu) {
   ASSERT_EQ(fused.size(), 2u);
   ASSERT_EQ(plain.size(), 2u);
   for (size_t i = 0; i < fused.size(); ++i) EXPECT_NEAR(fused[i], plain[i], 1e-4 * plain[i]);
+}
+
+// uint8 images (3 x 12 x 12) whose pattern depends on the label, with noise from the loader's Rng.
+class TinyImageDataset : public Dataset {
+ public:
+  int64_t size() const override { return 96; }
+  Sample get(int64_t index, Rng& rng) const override {
+    const int64_t label = index % 3;
+    at::Tensor image = at::empty({3, 12, 12}, at::kByte);
+    auto* p = image.data_ptr<uint8_t>();
+    for (int64_t i = 0; i < image.numel(); ++i) {
+      const int64_t c = i / 144, y = (i / 12) % 12;
+      const double base = c == label ? 200.0 : 60.0;
+      p[i] = static_cast<uint8_t>(base + 20.0 * std::sin(static_cast<double>(y + index)) +
+                                  40.0 * rng.uniform());
+    }
+    return {{"image", image}, {"label", at::scalar_tensor(label, at::kLong)}};
+  }
+  std::string describe() const override { return "tiny images"; }
+};
+
+// Records the dtype of every prepared image batch; with float_input, prepares them as before the
+// images went straight into the autocast dtype (float32, which autocast casts at the first conv).
+class ImageTrainer : public Trainer {
+ public:
+  using Trainer::Trainer;
+  bool float_input = false;
+  std::vector<at::ScalarType> input_dtypes;
+
+ protected:
+  DatasetPtr build_train_dataset() override { return std::make_shared<TinyImageDataset>(); }
+  DatasetPtr build_val_dataset() override { return nullptr; }
+  Batch prepare_batch(Batch batch) override {
+    if (float_input) {
+      const ImageNormalizer normalize(config().data.mean, config().data.std);
+      batch.at("image") = normalize(batch.at("image"), at::kFloat);
+    } else {
+      batch = Trainer::prepare_batch(std::move(batch));
+    }
+    input_dtypes.push_back(batch.at("image").scalar_type());
+    return batch;
+  }
+};
+
+ExperimentConfig image_config(const std::string& dir, const std::string& precision) {
+  ExperimentConfig c = parse_config(R"(
+run: {name: images, seed: 3, device: cpu}
+model: {name: convnet, in_channels: 3, image_size: 12, num_classes: 3, channels: [4, 8]}
+data: {dataset: custom, batch_size: 16, num_workers: 0, mean: [0.5, 0.4, 0.3], std: [0.2, 0.25, 0.3]}
+optim: {name: adamw, lr: 0.01}
+train: {max_steps: 8, log_every: 1, eval_every: 0, checkpoint_every: 0, max_grad_norm: 1.0}
+)");
+  c.run.output_dir = dir;
+  c.train.precision = precision;
+  return c;
+}
+
+// uint8 images are normalised into the autocast dtype (bf16 under train.precision bf16, float32
+// under fp32), and a bf16 run so fed trains exactly as one fed float32 images that autocast casts.
+TEST(TrainerTest, ImagesAreNormalisedIntoTheAutocastDtypeAndTrainAsFloatImagesCastByAutocast) {
+  const std::string dir = temp_dir("image_dtype");
+  ImageTrainer fp32(image_config(dir, "fp32"));
+  fp32.fit();
+  ASSERT_FALSE(fp32.input_dtypes.empty());
+  for (const at::ScalarType t : fp32.input_dtypes) EXPECT_EQ(t, at::kFloat);
+  EXPECT_NE(fp32.plan().find("image_input ATen reference (uint8 -> Float)"), std::string::npos)
+      << fp32.plan();
+
+  ExperimentConfig c = image_config(dir, "bf16");
+  c.run.name = "bf16";
+  ImageTrainer bf16(c);
+  bf16.fit();
+  ASSERT_EQ(bf16.input_dtypes.size(), 8u);
+  for (const at::ScalarType t : bf16.input_dtypes) EXPECT_EQ(t, at::kBFloat16);
+  EXPECT_NE(bf16.plan().find("image_input ATen reference (uint8 -> BFloat16)"), std::string::npos)
+      << bf16.plan();
+
+  c.run.name = "bf16_float_input";
+  ImageTrainer cast(c);
+  cast.float_input = true;
+  cast.fit();
+  for (const at::ScalarType t : cast.input_dtypes) EXPECT_EQ(t, at::kFloat);
+  const std::vector<double> a = train_losses(bf16), b = train_losses(cast);
+  ASSERT_EQ(a.size(), 8u);
+  ASSERT_EQ(b.size(), 8u);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << "step " << i + 1;
+  const auto wa = weights(bf16), wb = weights(cast);
+  for (size_t i = 0; i < wa.size(); ++i) EXPECT_TRUE(at::equal(wa[i], wb[i])) << "parameter " << i;
 }
 
 // On the GPU, 200 bf16 steps through the fused kernels stay within 1% of the unfused ATen path at
