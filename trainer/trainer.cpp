@@ -445,18 +445,17 @@ std::string Trainer::ops_plan() const {
   const bool fused = config_.model.fused != "false";
   const char* path =
       device_.is_cuda() && detail::image_input_cuda_built() ? "CUDA kernel" : "ATen reference";
+  const at::ScalarType compute = autocast_dtype(precision_).value_or(at::kFloat);
   std::vector<std::string> parts;
   if (model_->task() == Task::kLanguageModel) {
     const std::vector<std::string> ops = fused ? model_->fused_ops() : std::vector<std::string>{};
     for (const std::string& op : ops) parts.push_back(fmt::format("{} {}", op, path));
     if (ops.empty()) parts.push_back(fmt::format("classifier {}", fused ? path : "unfused ATen"));
-    const at::ScalarType compute = autocast_dtype(precision_).value_or(at::kFloat);
     parts.push_back(fmt::format(
         "attention {}", to_string(resolve_attention_backend(
                             parse_attention_backend(config_.model.attention), device_, compute))));
   } else {
-    parts.push_back(fmt::format("image_input {} (uint8 -> {})", path,
-                                c10::toString(autocast_dtype(precision_).value_or(at::kFloat))));
+    parts.push_back(fmt::format("image_input {} (uint8 -> {})", path, c10::toString(compute)));
   }
   return fmt::format("{}", fmt::join(parts, ", "));
 }
