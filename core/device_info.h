@@ -7,8 +7,12 @@ namespace brrr::detail {
 
 std::string cuda_device_name(int index);
 int cuda_compute_capability_major(int index);
-/// Peak bytes allocated by the caching allocator on device `index` since start, in MiB.
+/// Peak bytes allocated by the caching allocator on device `index` since start or since the last
+/// cuda_reset_peak_memory(index), in MiB.
 double cuda_peak_memory_mib(int index);
+/// Starts a new peak on device `index`: from now on the peak is measured from what is allocated
+/// now (as torch.cuda.reset_peak_memory_stats).
+void cuda_reset_peak_memory(int index);
 /// Returns cached, unused blocks of the caching allocator to the driver.
 void cuda_empty_cache();
 /// Total memory of device `index` in MiB.

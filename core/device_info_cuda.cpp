@@ -1,3 +1,4 @@
+#include <ATen/Context.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 
@@ -14,11 +15,18 @@ int cuda_compute_capability_major(int index) {
 }
 
 double cuda_peak_memory_mib(int index) {
+  // The caching allocator exists once CUDA is initialised (its statistics before that throw).
+  at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
   const auto stats =
       c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(index));
   using Stat = c10::CachingAllocator::StatType;
   return static_cast<double>(stats.allocated_bytes[static_cast<size_t>(Stat::AGGREGATE)].peak) /
          (1024.0 * 1024.0);
+}
+
+void cuda_reset_peak_memory(int index) {
+  at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
+  c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(index));
 }
 
 void cuda_empty_cache() {

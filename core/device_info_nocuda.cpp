@@ -15,6 +15,8 @@ double cuda_peak_memory_mib(int /*index*/) {
   return 0.0;
 }
 
+void cuda_reset_peak_memory(int /*index*/) {}
+
 void cuda_empty_cache() {}
 
 double cuda_total_memory_mib(int /*index*/) {

@@ -36,6 +36,9 @@ bool due(int64_t step, int64_t every) {
 
 void Trainer::fit(const std::string& resume) {
   setup();
+  // mem_peak_mib is this fit's peak: it starts from what is allocated now (the model, and the
+  // optimizer state of an earlier fit), not from what an earlier fit or the program used.
+  if (device_.is_cuda()) detail::cuda_reset_peak_memory(device_.index());
   const TrainOptions& t = config_.train;
   history_.clear();
   stop_reason_.reset();

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "core/config.h"
+#include "core/device_info.h"
 #include "core/error.h"
 #include "core/ops/image_input.h"
 #include "models/model.h"
@@ -318,6 +319,40 @@ TEST(TrainerCudaTest, NoHostSyncPerStepOutsideLogging) {
     if (r.kind == RecordKind::kTrain) {
       EXPECT_EQ(r.values.at("host_syncs_per_step"), 0.0) << r.step;
     }
+  }
+}
+
+// mem_peak_mib is the fit's own peak: 512 MiB allocated and freed before fit() (as a program's
+// earlier work, or an earlier fit, would) do not show in it. What stays allocated when the fit
+// begins does (here: cuBLAS's workspaces of the tests before, kept by the caching allocator for
+// the process's life); the blob model and its batches add a few MiB.
+TEST(TrainerCudaTest, PeakMemoryIsTheFitsOwnNotTheProcesss) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  constexpr int64_t kEarlierMib = 512;
+  ExperimentConfig config = base_config(temp_dir("cuda_peak"));
+  config.run.device = "cuda";
+  config.train.max_steps = 8;
+  config.train.log_every = 4;
+  for (int fit = 0; fit < 2; ++fit) {  // a second fit measures from its own start too
+    detail::cuda_reset_peak_memory(0);
+    const double allocated_mib = detail::cuda_peak_memory_mib(0);  // what is allocated now
+    {
+      const at::Tensor earlier =
+          at::empty({kEarlierMib << 20}, at::TensorOptions().device(at::kCUDA).dtype(at::kByte));
+    }
+    ASSERT_GE(detail::cuda_peak_memory_mib(0), allocated_mib + kEarlierMib);
+    config.run.name = "fit" + std::to_string(fit);
+    BlobTrainer trainer(config);
+    trainer.fit();
+    int records = 0;
+    for (const auto& r : trainer.history()) {
+      if (r.kind != RecordKind::kTrain && r.kind != RecordKind::kSummary) continue;
+      const double peak = r.values.at("mem_peak_mib");
+      EXPECT_GT(peak, 0.0) << "fit " << fit << " step " << r.step;
+      EXPECT_LT(peak, allocated_mib + kEarlierMib) << "fit " << fit << " step " << r.step;
+      ++records;
+    }
+    EXPECT_EQ(records, 3) << "two train records and the summary";
   }
 }
 

@@ -104,7 +104,7 @@ const std::vector<MetricInfo>& metric_table() {
       {metric::kBreakdownPrefix, "ms",
        "per-step phases: data_wait, copy, forward, backward, optimizer, graph, gpu_idle, other"},
       {metric::kCopyOverlappedMs, "ms", "CUDA: the whole side-stream copy per step"},
-      {metric::kMemPeakMib, "MiB", "CUDA: allocator peak"},
+      {metric::kMemPeakMib, "MiB", "CUDA: allocator peak since the fit began"},
       {metric::kMemTotalMib, "MiB", "CUDA: device memory"},
       {metric::kValLoss, "", "eval: mean loss over the validation examples"},
       {metric::kValAccuracy, "", "eval: share of correct argmax predictions"},
