@@ -144,19 +144,12 @@ class StreamTrainer : public BlobTrainer {
   }
 
  protected:
+  // No evaluation: every training_step call is a training step's.
+  DatasetPtr build_val_dataset() override { return nullptr; }
   StepOutput training_step(const Batch& batch) override {
-    if (!evaluating_) streams.push_back(current_stream());
+    streams.push_back(current_stream());
     return BlobTrainer::training_step(batch);
   }
-  StepOutput validation_step(const Batch& batch) override {
-    evaluating_ = true;
-    StepOutput out = BlobTrainer::validation_step(batch);
-    evaluating_ = false;
-    return out;
-  }
-
- private:
-  bool evaluating_ = false;
 };
 
 // Graph mode runs all of its steps' work on the capture stream: the warm-ups, the capture and the
