@@ -6,7 +6,8 @@
 //
 //   bench_ops_bench [--repeats 20] [--csv FILE] [--only NAME,...]
 // --only runs those benches alone: ceilings, classifier, residual_layernorm, residual_bias,
-// bias_gelu, bias_grad, image_input, mlp_gelu.
+// bias_gelu, bias_grad, image_input, mlp_gelu, wgrad_bgrad (the last two: cuBLASLt's epilogues
+// against brrr's kernels).
 // Prints CSV `op,impl,pass,ms,gb_per_s`: pass `fwd` or `fwd+bwd`; gb_per_s counts the fewest bytes
 // the op must move (each input read once, each output written once), so it compares with the
 // copy ceiling. An impl ending in `_graph` is the same work captured in a CUDA graph and
@@ -353,14 +354,15 @@ void bench_bias_gelu(Out& out, int repeats) {
 
 // cuBLASLt matmul D = op(A) B (column-major, as cuBLAS sees row-major tensors: a row-major
 // (r, c) tensor is a column-major c x r matrix), bf16 in and out, float accumulation, with an
-// epilogue: m x n output, inner size k; A is stored k x m (trans_a = T) or m x k (N); B k x n.
+// epilogue: m x n output, inner size k; A is stored k x m (trans_a = T) or m x k (N); B k x n
+// (trans_b = N) or n x k (T).
 // `bias` is the epilogue's bias vector (m,) (its gradient for the BGRAD epilogues), `aux` its
 // (m x n, ld m) auxiliary matrix (GELU's input). Descriptors are made per call (host work only,
 // so the call can be captured in a CUDA graph). Runs the `algo`-th of cuBLASLt's heuristic's
 // candidates (0: its first choice, what a plain caller gets) and returns how many it offered.
 int lt_gemm(cublasOperation_t trans_a, const at::Tensor& a, const at::Tensor& b, at::Tensor& d,
             int64_t m, int64_t n, int64_t k, cublasLtEpilogue_t epilogue, void* bias, void* aux,
-            at::Tensor& workspace, int algo = 0) {
+            at::Tensor& workspace, int algo = 0, cublasOperation_t trans_b = CUBLAS_OP_N) {
   auto check = [](cublasStatus_t status, const char* what) {
     if (status != CUBLAS_STATUS_SUCCESS) {
       throw std::runtime_error(
@@ -378,7 +380,7 @@ int lt_gemm(cublasOperation_t trans_a, const at::Tensor& a, const at::Tensor& b,
   };
   const int64_t aux_ld = m;
   set(CUBLASLT_MATMUL_DESC_TRANSA, trans_a, "TRANSA");
-  set(CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N, "TRANSB");
+  set(CUBLASLT_MATMUL_DESC_TRANSB, trans_b, "TRANSB");
   set(CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue, "EPILOGUE");
   set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias, "BIAS_POINTER");
   set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux, "AUX_POINTER");
@@ -392,7 +394,8 @@ int lt_gemm(cublasOperation_t trans_a, const at::Tensor& a, const at::Tensor& b,
         raw, cublasLtMatrixLayoutDestroy);
   };
   const bool ta = trans_a == CUBLAS_OP_T;
-  const auto la = layout(ta ? k : m, ta ? m : k, "A"), lb = layout(k, n, "B");
+  const bool tb = trans_b == CUBLAS_OP_T;
+  const auto la = layout(ta ? k : m, ta ? m : k, "A"), lb = layout(tb ? n : k, tb ? k : n, "B");
   const auto ld = layout(m, n, "D");
   cublasLtMatmulPreference_t raw_pref = nullptr;
   check(cublasLtMatmulPreferenceCreate(&raw_pref), "PreferenceCreate");
@@ -582,6 +585,92 @@ void bench_bias_grad(Out& out, int repeats) {
   }
 }
 
+// A linear's weight and bias gradients, d W = d y^T x (out, in) and d b = column sums of d y,
+// two ways for GPT-2's three linear shapes (N = 16,384 rows):
+//   separate: d W by ATen's GEMM, d b by brrr::column_sum (what linear_bias's backward runs)
+//   bgradb:   one cuBLASLt GEMM with the BGRADB epilogue, which sums d y (its B) over the GEMM's
+//             inner dimension while it reads it for d W
+// In cuBLASLt's column-major terms d W^T = x^T d y: m = in, n = out, k = N; A = x stored m x k, B =
+// d y stored n x k (transposed). The results are compared first (bf16 tolerance), outputs
+// poisoned; times are a call's share of kCallsPerGraph calls in one graph, each on its own inputs.
+void bench_wgrad_bgrad(Out& out, int repeats) {
+  struct Shape {
+    const char* name;
+    int64_t out, in;
+  };
+  for (const Shape& shape : {Shape{"c_attn", 3 * kC, kC}, Shape{"attn_c_proj", kC, kC},
+                             Shape{"mlp_c_proj", kC, 4 * kC}}) {
+    std::vector<at::Tensor> xs, dys, dws, dbs;
+    for (int i = 0; i < kCallsPerGraph; ++i) {
+      xs.push_back(randn({kRows, shape.in}, at::kBFloat16));
+      dys.push_back(randn({kRows, shape.out}, at::kBFloat16));
+      dws.push_back(at::empty({shape.out, shape.in}, xs.back().options()));
+      dbs.push_back(at::empty({shape.out}, xs.back().options()));
+    }
+    at::Tensor workspace =
+        at::empty({int64_t{32} << 20}, at::TensorOptions().device(at::kCUDA).dtype(at::kByte));
+    int algo = 0;
+    auto lt = [&](int i, cublasLtEpilogue_t epilogue) {
+      return lt_gemm(CUBLAS_OP_N, xs[i], dys[i], dws[i], shape.in, shape.out, kRows, epilogue,
+                     epilogue == CUBLASLT_EPILOGUE_BGRADB ? dbs[i].data_ptr() : nullptr, nullptr,
+                     workspace, algo, CUBLAS_OP_T);
+    };
+    auto check_same = [&] {
+      dws[0].fill_(NAN);
+      dbs[0].fill_(NAN);
+      lt(0, CUBLASLT_EPILOGUE_BGRADB);
+      const at::Tensor want_w = at::mm(dys[0].t(), xs[0]).to(at::kFloat);
+      const at::Tensor want_b = dys[0].to(at::kDouble).sum(0).to(at::kFloat);
+      const double e_w = (dws[0].to(at::kFloat) - want_w).abs().max().item<double>() /
+                         want_w.abs().max().item<double>();
+      const double e_b = (dbs[0].to(at::kFloat) - want_b).abs().max().item<double>() /
+                         want_b.abs().max().item<double>();
+      std::fprintf(stderr, "wgrad_bgrad %s (candidate %d): max |diff| / max: d W %.2e, d b %.2e\n",
+                   shape.name, algo, e_w, e_b);
+      if (!(e_w < 2e-2 && e_b < 2e-2)) {
+        throw std::runtime_error("wgrad_bgrad: the BGRADB epilogue does not compute d W and d b");
+      }
+    };
+    check_same();
+    const std::string op = std::string("wgrad_bgrad_") + shape.name;
+    auto per_call = [&](const std::function<void(int)>& fn) {
+      return graph_ms_per_call(fn, kCallsPerGraph, repeats);
+    };
+    const double bytes_db = static_cast<double>(kRows * shape.out) * 2;
+    out.row(op, "aten_mm", "bwd", per_call([&](int i) { at::mm_out(dws[i], dys[i].t(), xs[i]); }),
+            0);
+    out.row(op, "brrr_column_sum", "bwd", per_call([&](int i) { brrr::column_sum(dys[i]); }),
+            bytes_db);
+    out.row(op, "separate", "bwd", per_call([&](int i) {
+              at::mm_out(dws[i], dys[i].t(), xs[i]);
+              brrr::column_sum(dys[i]);
+            }),
+            0);
+    out.row(op, "lt_default", "bwd", per_call([&](int i) { lt(i, CUBLASLT_EPILOGUE_DEFAULT); }), 0);
+    out.row(op, "lt_bgradb", "bwd", per_call([&](int i) { lt(i, CUBLASLT_EPILOGUE_BGRADB); }), 0);
+    // Every candidate the heuristic offers for BGRADB (one that these shapes reject is skipped).
+    const int candidates = lt(0, CUBLASLT_EPILOGUE_BGRADB);
+    double best = 1e30;
+    int best_algo = 0;
+    for (int c = 0; c < candidates; ++c) {
+      algo = c;
+      try {
+        lt(0, CUBLASLT_EPILOGUE_BGRADB);
+      } catch (const std::exception&) {
+        continue;
+      }
+      const double ms = per_call([&](int i) { lt(i, CUBLASLT_EPILOGUE_BGRADB); });
+      std::fprintf(stderr, "wgrad_bgrad %s: candidate %d of %d: %.4f ms\n", shape.name, c,
+                   candidates, ms);
+      if (ms < best) best = ms, best_algo = c;
+    }
+    algo = best_algo;
+    check_same();
+    out.row(op, "lt_bgradb_fastest", "bwd", best, 0);
+    algo = 0;
+  }
+}
+
 void bench_image_input(Out& out, int repeats) {
   const at::Tensor x = at::randint(0, 256, {256, 3, 224, 224},
                                    at::TensorOptions().device(at::kCUDA).dtype(at::kByte));
@@ -631,7 +720,8 @@ int main(int argc, char** argv) {
         {"bias_gelu", bench_bias_gelu},
         {"bias_grad", bench_bias_grad},
         {"image_input", bench_image_input},
-        {"mlp_gelu", bench_mlp_gelu}};
+        {"mlp_gelu", bench_mlp_gelu},
+        {"wgrad_bgrad", bench_wgrad_bgrad}};
     for (const auto& [name, bench] : benches) {
       if (only.empty() || only.find("," + std::string(name) + ",") != std::string::npos) {
         bench(out, repeats);
