@@ -13,10 +13,12 @@
 //  * Capture runs on a side stream into a private memory pool (PyTorch's recipe: the warm-up
 //    just before it runs eagerly on that same stream, so cuBLAS workspaces and cuDNN plans exist
 //    before capture; StepRunner runs every eager step there, so that only this stream's cuBLAS
-//    workspaces exist); replay runs on the current stream. The default CUDA generator is part of
-//    the capture (ATen's CUDAGraph registers it): every replay advances its offset as the eager
-//    step would, so dropout masks differ between replays and the generator state checkpoints and
-//    resumes as in eager mode.
+//    workspaces exist); replay runs on the current stream. The side stream is borrowed for the
+//    StepGraph's life from the process's capture streams and given back, so a later StepGraph
+//    (the next fit) reuses it and its workspaces; StepGraphs alive at once get streams of their
+//    own. The default CUDA generator is part of the capture (ATen's CUDAGraph registers it): every
+//    replay advances its offset as the eager step would, so dropout masks differ between replays
+//    and the generator state checkpoints and resumes as in eager mode.
 //  * Everything the captured step reads that changes per step lives on the device and is written
 //    before replay() (the lr, the step number) or updated in place by the step itself (optimizer
 //    state, scaler, window sums). Host values read during the capture are frozen into it.

@@ -9,11 +9,13 @@
 #include <torch/cuda.h>
 
 #include <cmath>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
 #include "tests/trainer/trainer_test_util.h"
+#include "trainer/step_graph.h"
 
 namespace brrr {
 namespace {
@@ -177,6 +179,46 @@ TEST(CudaGraphTest, EveryEagerStepOfGraphModeRunsOnTheCaptureStream) {
   eager.fit();
   ASSERT_EQ(eager.streams.size(), 20u);
   for (const c10::StreamId id : eager.streams) EXPECT_EQ(id, outside);
+}
+
+// A second graphed fit in one process captures on the first fit's stream, and so reuses its
+// cuBLAS workspaces (66 MiB a stream for GPT-2, held for the process's life), instead of taking
+// the next of ATen's pool streams.
+TEST(CudaGraphTest, ASecondGraphedFitRunsOnTheFirstFitsCaptureStream) {
+  SKIP_WITHOUT_CUDA();
+  ExperimentConfig c = cuda_config("graph_refit", 6);
+  c.train.grad_accum_steps = 1;
+  c.train.cuda_graph = "true";
+  StreamTrainer first(c);
+  first.fit();
+  c.run.name = "second";
+  StreamTrainer second(c);
+  second.fit();
+  EXPECT_EQ(summary_of(second).text.at("cuda_graph"), "captured");
+  ASSERT_FALSE(first.streams.empty());
+  ASSERT_FALSE(second.streams.empty());
+  EXPECT_EQ(second.streams.front(), first.streams.front());
+}
+
+// ...while StepGraphs alive at once capture on streams of their own (one stream cannot hold two
+// captures), and a stream given back goes to the next StepGraph.
+TEST(CudaGraphTest, StepGraphsAliveAtOnceHaveCaptureStreamsOfTheirOwn) {
+  SKIP_WITHOUT_CUDA();
+  const c10::Device cuda(c10::kCUDA, 0);
+  auto stream_of = [](StepGraph& graph) {
+    c10::StreamId id{};
+    graph.run_on_capture_stream([&] { id = StreamTrainer::current_stream(); });
+    return id;
+  };
+  auto a = std::make_unique<StepGraph>(cuda);
+  StepGraph b(cuda);
+  const c10::StreamId a_stream = stream_of(*a), b_stream = stream_of(b);
+  EXPECT_NE(a_stream, b_stream);
+  EXPECT_NE(a_stream, StreamTrainer::current_stream());
+  a.reset();
+  StepGraph c(cuda);
+  EXPECT_EQ(stream_of(c), a_stream);
+  EXPECT_EQ(stream_of(b), b_stream);
 }
 
 // Records the dropout mask of every step: a captured step writes it into one buffer, which the
