@@ -326,7 +326,7 @@ TEST(TrainerCudaTest, NoHostSyncPerStepOutsideLogging) {
 // earlier work, or an earlier fit, would) do not show in it. What stays allocated when the fit
 // begins does (here: cuBLAS's workspaces of the tests before, kept by the caching allocator for
 // the process's life); the blob model and its batches add a few MiB.
-TEST(TrainerCudaTest, PeakMemoryIsTheFitsOwnNotTheProcesss) {
+TEST(TrainerCudaTest, PeakMemoryCountsFromTheStartOfTheFit) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   constexpr int64_t kEarlierMib = 512;
   ExperimentConfig config = base_config(temp_dir("cuda_peak"));
