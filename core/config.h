@@ -283,6 +283,9 @@ struct EarlyStoppingOptions {
 struct ProfileOptions {
   int64_t start_step = 10;
   int64_t steps = 0;
+  /// Also record every allocation and free of the window (Kineto's profile_memory): `[memory]`
+  /// events in trace.json, which `scripts/memory_peak.py` turns into what is alive at the peak.
+  bool memory = false;
 };
 
 /// `train.fp16:` — dynamic loss scaling (used only with precision fp16).

@@ -167,6 +167,7 @@ std::vector<Field> make_config_fields() {
       BRRR_CFG(train.early_stopping.min_delta, R.ge(0), "Smallest change that counts."),
       BRRR_CFG(train.profile.start_step, R.ge(0), "First profiled step."),
       BRRR_CFG(train.profile.steps, R.ge(0), "Profiled steps; 0 = off."),
+      BRRR_CFG(train.profile.memory, R, "Also trace every allocation and free."),
       BRRR_CFG(train.fp16.init_scale, R.gt(0), "Initial loss scale."),
       BRRR_CFG(train.fp16.growth_factor, R.gt(1), "Scale growth factor."),
       BRRR_CFG(train.fp16.backoff_factor, R.gt(0).lt(1), "Scale back-off factor."),

@@ -262,7 +262,7 @@ void RunOutputs::profile_before_step(int64_t step) {
   const ProfileOptions& p = options_.profile;
   if (!options_.write || p.steps <= 0 || step != p.start_step || profiler_) return;
   profiler_ = std::make_unique<TraceRecorder>((fs::path(options_.run_dir) / "trace.json").string(),
-                                              options_.device);
+                                              options_.device, p.memory);
 }
 
 void RunOutputs::profile_after_step(int64_t step_completed) {

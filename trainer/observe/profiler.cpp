@@ -20,13 +20,15 @@ std::set<ActivityType> activities_for(const c10::Device& device) {
 
 }  // namespace
 
-TraceRecorder::TraceRecorder(std::string path, c10::Device device) : path_(std::move(path)) {
-  const ProfilerConfig config(ProfilerState::KINETO, /*report_input_shapes=*/true);
+TraceRecorder::TraceRecorder(std::string path, c10::Device device, bool memory)
+    : path_(std::move(path)) {
+  const ProfilerConfig config(ProfilerState::KINETO, /*report_input_shapes=*/true,
+                              /*profile_memory=*/memory);
   const auto activities = activities_for(device);
   torch::autograd::profiler::prepareProfiler(config, activities);
   torch::autograd::profiler::enableProfiler(config, activities);
   active_ = true;
-  log::info("profiler: recording a trace to {}", path_);
+  log::info("profiler: recording a trace{} to {}", memory ? " with allocations" : "", path_);
 }
 
 TraceRecorder::~TraceRecorder() {

@@ -1,6 +1,7 @@
 // The step-time breakdown: phases are attributed to the right bucket and, with `other`, sum to the
 // window's wall time per step, on the CPU path (host clocks) and on CUDA (events; GPU machine). The
-// Kineto trace recorder writes a Chrome trace that names the ops it saw.
+// Kineto trace recorder writes a Chrome trace that names the ops it saw and, asked to, the
+// allocations that scripts/memory_peak.py replays into what is alive at the peak.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -16,8 +17,10 @@
 #include <thread>
 #include <vector>
 
+#include <fmt/format.h>
 #include <unistd.h>
 
+#include "tests/test_fs.h"
 #include "trainer/observe/profiler.h"
 #include "trainer/observe/step_timer.h"
 
@@ -285,7 +288,60 @@ TEST(TraceRecorderTest, WritesAChromeTraceOfTheRecordedOps) {
   text << in.rdbuf();
   EXPECT_NE(text.str().find("traceEvents"), std::string::npos);
   EXPECT_NE(text.str().find("aten::mm"), std::string::npos);
+  EXPECT_EQ(text.str().find("[memory]"), std::string::npos);  // allocations only when asked
   std::filesystem::remove(path);
+}
+
+// scripts/memory_peak.py's report on a CPU trace (output and error together); removes the trace.
+std::string memory_peak_of(const std::filesystem::path& trace, int* status) {
+  const std::string out =
+      test::run_command(fmt::format("{} {}/scripts/memory_peak.py --device cpu {} 2>&1",
+                                    BRRR_PYTHON, BRRR_SOURCE_DIR, trace.string()),
+                        status);
+  std::filesystem::remove(trace);
+  return out;
+}
+
+TEST(TraceRecorderTest, AllocationsInTheTraceReplayToWhatIsAliveAtThePeak) {
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("brrr_memtrace_" + std::to_string(::getpid()) + ".json");
+  {
+    TraceRecorder recorder(path.string(), c10::Device(c10::kCPU), /*memory=*/true);
+    const at::Tensor kept = at::empty({3 << 20}, at::kByte);          // alive to the end
+    const at::Tensor summed = at::ones({1 << 18}, at::kFloat).sum();  // 1 MiB, freed at once
+    at::Tensor freed = at::empty({5 << 20}, at::kByte);               // alive at the peak only
+    freed.reset();
+    const at::Tensor late = at::empty({7 << 19}, at::kByte);  // 3.5 MiB: after the peak
+    (void)kept, (void)summed, (void)late;
+    recorder.stop();
+  }
+  int status = 0;
+  const std::string out = memory_peak_of(path, &status);
+  ASSERT_EQ(status, 0) << out;
+  // At the peak: the 3 MiB and 5 MiB blocks and the 4-byte sum; the 1 MiB of ones was freed by
+  // then and the 3.5 MiB block came after.
+  EXPECT_NE(out.find("peak 8.0 MiB"), std::string::npos) << out;
+  EXPECT_NE(out.find(" 2  5,242,880, 3,145,728  <-  aten::empty\n"), std::string::npos) << out;
+  EXPECT_NE(out.find(" 1  4  <-  aten::sum"), std::string::npos) << out;
+  EXPECT_EQ(out.find("1,048,576"), std::string::npos) << out;
+  EXPECT_EQ(out.find("3,670,016"), std::string::npos) << out;
+}
+
+TEST(TraceRecorderTest, MemoryPeakNamesATraceWithoutAllocations) {
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("brrr_nomem_" + std::to_string(::getpid()) + ".json");
+  {
+    TraceRecorder recorder(path.string(), c10::Device(c10::kCPU));
+    (void)at::mm(at::randn({8, 8}), at::randn({8, 8}));
+    recorder.stop();
+  }
+  int status = 0;
+  const std::string out = memory_peak_of(path, &status);
+  EXPECT_NE(status, 0) << out;
+  EXPECT_NE(out.find("no [memory] events for device cpu (record it with train.profile.memory: "
+                     "true"),
+            std::string::npos)
+      << out;
 }
 
 }  // namespace
