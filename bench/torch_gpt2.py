@@ -133,10 +133,12 @@ def measured_matmul_tflops(device, n=8192, iters=20):
 
 
 def trace_kernels(args, step, sync, tag):
-    """Records --profile-steps steps with the Kineto profiler into PROFILE_DIR/<tag>.json."""
+    """Records --profile-steps steps with the Kineto profiler into PROFILE_DIR/<tag>.json (with
+    --profile-memory, every allocation and free too: scripts/memory_peak.py reads them)."""
     from torch.profiler import ProfilerActivity, profile
     args.profile.mkdir(parents=True, exist_ok=True)
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
+                 profile_memory=args.profile_memory) as prof:
         for _ in range(args.profile_steps):
             step()
         sync()
@@ -192,11 +194,13 @@ def bench(args, tokens, mode, accum, device, dist=None):
 
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     t_compile = time.perf_counter()
+    if args.profile and args.profile_at == "start":  # the first steps: compilation, optimizer state
+        trace_kernels(args, step, sync, f"{mode}_accum{accum}")
     for _ in range(args.warmup):
         step()
     sync()
     warm_s = time.perf_counter() - t_compile
-    if args.profile:
+    if args.profile and args.profile_at == "warm":
         trace_kernels(args, step, sync, f"{mode}_accum{accum}")
     t0 = time.perf_counter()
     for _ in range(args.steps):
@@ -240,6 +244,10 @@ def main(argv=None):
     ap.add_argument("--profile", type=pathlib.Path, metavar="DIR",
                     help="also write a Kineto trace of --profile-steps steps per run into DIR")
     ap.add_argument("--profile-steps", type=int, default=3)
+    ap.add_argument("--profile-at", choices=("warm", "start"), default="warm",
+                    help="trace after the warm-up steps (default) or the first steps, before it")
+    ap.add_argument("--profile-memory", action="store_true",
+                    help="the traces also hold every allocation and free")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--csv", type=pathlib.Path)
     args = ap.parse_args(argv)
