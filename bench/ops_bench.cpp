@@ -28,6 +28,7 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -106,6 +107,31 @@ double graph_ms_per_call(const std::function<void(int)>& fn, int calls, int repe
 // replayed (graph_ms_per_call with one call).
 double graph_ms(const std::function<void()>& fn, int repeats) {
   return graph_ms_per_call([&](int) { fn(); }, 1, repeats);
+}
+
+// The fastest of a cuBLASLt heuristic's candidates: `run` runs the GEMM with candidate `algo`
+// and returns how many candidates the heuristic offered. `algo` is set to each in turn; one these
+// shapes reject (run throws, eagerly, not inside a capture) is skipped, the others are timed by
+// `time`. `algo` is left at the fastest, whose milliseconds are returned.
+double fastest_candidate(const char* what, int& algo, const std::function<int()>& run,
+                         const std::function<double()>& time) {
+  const int candidates = run();
+  double best = std::numeric_limits<double>::infinity();
+  int best_algo = 0;
+  for (int c = 0; c < candidates; ++c) {
+    algo = c;
+    try {
+      run();
+    } catch (const std::exception&) {
+      continue;
+    }
+    const double ms = time();
+    std::fprintf(stderr, "%s: candidate %d of %d: %.4f ms\n", what, c, candidates, ms);
+    if (ms < best) best = ms, best_algo = c;
+  }
+  algo = best_algo;
+  std::fprintf(stderr, "%s: fastest candidate %d (%.4f ms)\n", what, best_algo, best);
+  return best;
 }
 
 // Calls a _per_call row captures (graph_ms_per_call), each on its own inputs.
@@ -505,28 +531,11 @@ void bench_mlp_gelu(Out& out, int repeats) {
     out.row("mlp_gelu", "brrr_graph", pass, graph_ms(passes[i].second, repeats), 0);
     out.row("mlp_gelu", "cublaslt_graph", pass, graph_ms(lt_passes[i], repeats), 0);
   }
-  // The fastest of the heuristic's candidates for each epilogue (graph replays; not every
-  // candidate is valid for these shapes: one that fails is skipped), then both passes with them.
-  auto fastest = [&](int& algo, const std::function<int()>& run) {
-    const int candidates = run();
-    double best = 1e30;
-    int best_algo = 0;
-    for (int i = 0; i < candidates; ++i) {
-      algo = i;
-      try {  // eagerly first: a candidate these shapes reject fails here, not inside a capture
-        run();
-      } catch (const std::exception&) {
-        continue;
-      }
-      const double ms = graph_ms([&] { run(); }, repeats);
-      if (ms < best) best = ms, best_algo = i;
-    }
-    algo = best_algo;
-    std::fprintf(stderr, "mlp_gelu: fastest of %d candidates: %d (%.4f ms)\n", candidates,
-                 best_algo, best);
-  };
-  fastest(fwd_algo, lt_fwd);
-  fastest(bwd_algo, lt_bwd);
+  // The fastest of the heuristic's candidates for each epilogue, then both passes with them.
+  fastest_candidate("mlp_gelu fwd", fwd_algo, lt_fwd,
+                    [&] { return graph_ms([&] { lt_fwd(); }, repeats); });
+  fastest_candidate("mlp_gelu bwd", bwd_algo, lt_bwd,
+                    [&] { return graph_ms([&] { lt_bwd(); }, repeats); });
   check_same();
   for (size_t i = 0; i < passes.size(); ++i) {
     out.row("mlp_gelu", "cublaslt_fastest_graph", passes[i].first, graph_ms(lt_passes[i], repeats),
@@ -648,26 +657,12 @@ void bench_wgrad_bgrad(Out& out, int repeats) {
             0);
     out.row(op, "lt_default", "bwd", per_call([&](int i) { lt(i, CUBLASLT_EPILOGUE_DEFAULT); }), 0);
     out.row(op, "lt_bgradb", "bwd", per_call([&](int i) { lt(i, CUBLASLT_EPILOGUE_BGRADB); }), 0);
-    // Every candidate the heuristic offers for BGRADB (one that these shapes reject is skipped).
-    const int candidates = lt(0, CUBLASLT_EPILOGUE_BGRADB);
-    double best = 1e30;
-    int best_algo = 0;
-    for (int c = 0; c < candidates; ++c) {
-      algo = c;
-      try {
-        lt(0, CUBLASLT_EPILOGUE_BGRADB);
-      } catch (const std::exception&) {
-        continue;
-      }
-      const double ms = per_call([&](int i) { lt(i, CUBLASLT_EPILOGUE_BGRADB); });
-      std::fprintf(stderr, "wgrad_bgrad %s: candidate %d of %d: %.4f ms\n", shape.name, c,
-                   candidates, ms);
-      if (ms < best) best = ms, best_algo = c;
-    }
-    algo = best_algo;
+    // Every candidate the heuristic offers for BGRADB.
+    const double best = fastest_candidate(
+        op.c_str(), algo, [&] { return lt(0, CUBLASLT_EPILOGUE_BGRADB); },
+        [&] { return per_call([&](int i) { lt(i, CUBLASLT_EPILOGUE_BGRADB); }); });
     check_same();
     out.row(op, "lt_bgradb_fastest", "bwd", best, 0);
-    algo = 0;
   }
 }
 
