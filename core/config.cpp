@@ -326,6 +326,14 @@ void Validator::run() const {
           fmt::format("must be < train.max_steps ({}) for a decaying schedule, got {}",
                       c_.train.max_steps, c_.schedule.warmup_steps),
           "train.max_steps");
+  require(!t.profile.memory || t.profile.steps > 0, "train.profile.memory",
+          "traces the allocations of the profiled steps: needs train.profile.steps > 0",
+          "train.profile.steps");
+  require(t.profile.steps == 0 || t.max_steps == 0 || t.profile.start_step < t.max_steps,
+          "train.profile.start_step",
+          fmt::format("must be < train.max_steps ({}) for a trace to be recorded, got {}",
+                      t.max_steps, t.profile.start_step),
+          "train.max_steps");
   const bool has_val = !c_.data.val.dataset.empty();
   require(has_val || c_.train.early_stopping.patience == 0, "train.early_stopping.patience",
           "needs evaluation data (data.val.dataset)");

@@ -123,6 +123,23 @@ TEST_F(CliTest, RunWritesResolvedConfigAndMetrics) {
   EXPECT_TRUE(fs::exists(run_dir / "checkpoints" / "step_00000012.pt"));
 }
 
+TEST_F(CliTest, ProfileWithMemoryWritesATraceOfAllocationsThatMemoryPeakReplays) {
+  write_csv_experiment(6);
+  Result r = run({"--config", "exp.yaml", "--set", "train.profile.start_step=2", "--set",
+                  "train.profile.steps=2", "--set", "train.profile.memory=true"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const fs::path trace = dir_ / "runs" / "csvrun" / "trace.json";
+  ASSERT_TRUE(fs::exists(trace)) << r.err;
+  EXPECT_NE(slurp(trace).find("\"[memory]\""), std::string::npos);
+  int status = 0;
+  const std::string out =
+      test::run_command(std::string(BRRR_PYTHON) + " " + BRRR_SOURCE_DIR +
+                            "/scripts/memory_peak.py --device cpu " + trace.string() + " 2>&1",
+                        &status);
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_NE(out.find(trace.string() + ": peak "), std::string::npos) << out;
+}
+
 TEST_F(CliTest, RuntimeFailureExitsOne) {
   write_csv_experiment(5);
   Result r = run({"--config", "exp.yaml", "--set", "data.path=missing.csv"});

@@ -199,6 +199,14 @@ TEST(ConfigTest, CrossFieldRulesNameTheKeyAndWhereItWasSet) {
   EXPECT_EQ(parse_error(kMinimal + "train:\n  early_stopping: {patience: 3}\n"),
             "train.early_stopping.patience at exp.yaml:6:30: needs evaluation data "
             "(data.val.dataset)");
+  EXPECT_EQ(parse_error(kMinimal + "train:\n  profile: {memory: true}\n"),
+            "train.profile.memory at exp.yaml:6:21: traces the allocations of the profiled "
+            "steps: needs train.profile.steps > 0");
+  EXPECT_EQ(parse_error(kMinimal + "train:\n  max_steps: 8\n  profile: {steps: 2}\n"),
+            "train.profile.start_step at exp.yaml:6:14: must be < train.max_steps (8) for a "
+            "trace to be recorded, got 10");
+  EXPECT_TRUE(parse_config(kMinimal + "train:\n  profile: {steps: 2, memory: true}\n")
+                  .train.profile.memory);
   EXPECT_EQ(parse_error(kMinimal + "  mean: [0.5, 0.5, 0.5]\n  std: [0.2]\n"),
             "data.std at exp.yaml:6:8: must have as many values as data.mean (3), got 1");
 }
@@ -520,6 +528,7 @@ TEST(ConfigTest, ToYamlRoundTripsAConfigWithEverySectionChanged) {
   c.train.ema_decay = 0.9999;
   c.train.early_stopping.patience = 4;
   c.train.profile.steps = 3;
+  c.train.profile.memory = true;
   c.train.fp16.init_scale = 1024.0;
   c.train.fp16.backoff_factor = 0.25;
   validate(c);
