@@ -108,22 +108,21 @@ class Peak:
         events = load_events(path)
         mem = memory_events(path, events, device)
         chains = enclosing_ops(events, mem)
-        live, peak_live, peak_at, peak_total = {}, {}, -1, -1
-        for i, e in enumerate(mem):
+        totals = [e["args"].get("Total Allocated", 0) for e in mem]
+        peak_at = max(range(len(mem)), key=totals.__getitem__)  # the first, on ties
+        live = {}  # replayed up to the peak
+        for i, e in enumerate(mem[:peak_at + 1]):
             a = e["args"]
             addr, nbytes = a.get("Addr"), a.get("Bytes", 0)
             if nbytes > 0:
                 live[addr] = (nbytes, chains[i][-depth:] if depth else chains[i])
             elif nbytes < 0:
                 live.pop(addr, None)  # a block from before the recording ends here
-            total = a.get("Total Allocated", 0)
-            if total > peak_total:
-                peak_total, peak_at, peak_live = total, i, dict(live)
         self.path, self.events = path, len(mem)
-        self.total = peak_total
+        self.total = totals[peak_at]
         self.at_ms = (mem[peak_at]["ts"] - mem[0]["ts"]) / 1e3
-        self.blocks = list(peak_live.values())
-        self.before = peak_total - sum(b for b, _ in self.blocks)
+        self.blocks = list(live.values())
+        self.before = self.total - sum(b for b, _ in self.blocks)
 
     def report(self, top, out):
         made = self.total - self.before

@@ -28,6 +28,10 @@ inline void remove_tree(const std::filesystem::path& path) {
 /// wait status (0 = exit 0), -1 when it could not be started. tests/test_support.cpp.
 std::string run_command(const std::string& command, int* status);
 
+/// Runs `script` (a path in the source tree) with the build's Python, `args` appended, and returns
+/// its output and errors together; `*status` as run_command's.
+std::string run_source_script(const std::string& script, const std::string& args, int* status);
+
 /// Whether the Python of the build (BRRR_PYTHON) imports `module`.
 bool python_imports(const std::string& module);
 

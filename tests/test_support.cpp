@@ -120,6 +120,13 @@ std::string brrr::test::run_command(const std::string& command, int* status) {
   return out;
 }
 
+std::string brrr::test::run_source_script(const std::string& script, const std::string& args,
+                                          int* status) {
+  return run_command(
+      std::string(BRRR_PYTHON) + " " + BRRR_SOURCE_DIR + "/" + script + " " + args + " 2>&1",
+      status);
+}
+
 bool brrr::test::python_imports(const std::string& module) {
   int status = 0;
   run_command(std::string(BRRR_PYTHON) + " -c 'import " + module + "' >/dev/null 2>&1", &status);

@@ -133,9 +133,7 @@ TEST_F(CliTest, ProfileWithMemoryWritesATraceOfAllocationsThatMemoryPeakReplays)
   EXPECT_NE(slurp(trace).find("\"[memory]\""), std::string::npos);
   int status = 0;
   const std::string out =
-      test::run_command(std::string(BRRR_PYTHON) + " " + BRRR_SOURCE_DIR +
-                            "/scripts/memory_peak.py --device cpu " + trace.string() + " 2>&1",
-                        &status);
+      test::run_source_script("scripts/memory_peak.py", "--device cpu " + trace.string(), &status);
   EXPECT_EQ(status, 0) << out;
   EXPECT_NE(out.find(trace.string() + ": peak "), std::string::npos) << out;
 }

@@ -243,9 +243,7 @@ TEST(WeightsFileTest, HfGpt2ExportLoadsIntoTransformersStrictly) {
                     {{"tokens", tokens}, {"logits", logits}});
   int status = 0;
   const std::string out =
-      test::run_command(fmt::format("{} {}/tests/models/check_hf_export.py {} 2>&1", BRRR_PYTHON,
-                                    BRRR_SOURCE_DIR, dir.string()),
-                        &status);
+      test::run_source_script("tests/models/check_hf_export.py", dir.string(), &status);
   EXPECT_EQ(status, 0) << out;
   EXPECT_NE(out.find("strict load ok"), std::string::npos) << out;
 }

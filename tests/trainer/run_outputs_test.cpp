@@ -78,9 +78,7 @@ TEST(RunOutputsTest, TensorBoardHasEvalTagsAndTheConfigText) {
   }
   int status = 0;
   const std::string out =
-      test::run_command(fmt::format("{} {}/tests/trainer/observe/read_tb_events.py {} 2>&1",
-                                    BRRR_PYTHON, BRRR_SOURCE_DIR, dir.string()),
-                        &status);
+      test::run_source_script("tests/trainer/observe/read_tb_events.py", dir.string(), &status);
   ASSERT_EQ(status, 0) << out;
   EXPECT_NE(out.find("scalar\teval/loss\t1\t0.25\n"), std::string::npos) << out;
   EXPECT_EQ(out.find("val_loss"), std::string::npos) << out;

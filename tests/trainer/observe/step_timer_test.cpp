@@ -17,7 +17,6 @@
 #include <thread>
 #include <vector>
 
-#include <fmt/format.h>
 #include <unistd.h>
 
 #include "tests/test_fs.h"
@@ -295,9 +294,7 @@ TEST(TraceRecorderTest, WritesAChromeTraceOfTheRecordedOps) {
 // scripts/memory_peak.py's report on a CPU trace (output and error together); removes the trace.
 std::string memory_peak_of(const std::filesystem::path& trace, int* status) {
   const std::string out =
-      test::run_command(fmt::format("{} {}/scripts/memory_peak.py --device cpu {} 2>&1",
-                                    BRRR_PYTHON, BRRR_SOURCE_DIR, trace.string()),
-                        status);
+      test::run_source_script("scripts/memory_peak.py", "--device cpu " + trace.string(), status);
   std::filesystem::remove(trace);
   return out;
 }

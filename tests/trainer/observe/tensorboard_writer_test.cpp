@@ -68,9 +68,7 @@ TEST(TensorBoardWriterTest, ScalarsReadBackByTensorBoard) {
 
   int status = 0;
   const std::string out =
-      test::run_command(fmt::format("{} {}/tests/trainer/observe/read_tb_events.py {} 2>&1",
-                                    BRRR_PYTHON, BRRR_SOURCE_DIR, dir.string()),
-                        &status);
+      test::run_source_script("tests/trainer/observe/read_tb_events.py", dir.string(), &status);
   ASSERT_EQ(status, 0) << out;
 
   std::istringstream lines(out);
