@@ -219,6 +219,16 @@ void bench_classifier(Out& out, int repeats) {
   // the backward scaling the matmuls' outputs (the GPT step's path).
   out.row("head+loss", "brrr_one_pass", "fwd+bwd",
           time_ms([&] { brrr::lm_head_loss(y, w, targets).backward(); }, repeats, no_grads), 0);
+  // In chunks of rows: each chunk's gradients in the forward, d W summed in float, the (N, V)
+  // logits never held (model.head_chunk_rows).
+  for (int64_t chunk : {8192, 4096, 2048}) {
+    out.row(
+        "head+loss", fmt::format("brrr_chunks_of_{}", chunk), "fwd+bwd",
+        time_ms(
+            [&] { brrr::lm_head_loss(y, w, targets, brrr::kIgnoreIndex, false, chunk).backward(); },
+            repeats, no_grads),
+        0);
+  }
   // That forward kernel alone: reads each row, reads it again (L2) and writes the gradient.
   out.row("classifier", "brrr_fwd_grad", "fwd",
           time_ms(

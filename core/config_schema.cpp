@@ -102,6 +102,8 @@ std::vector<Field> make_config_fields() {
                "Fused ops (brrr::ops): auto, true, or false for the unfused ATen path."),
       BRRR_CFG(model.attention, R.one_of({"auto", "flash", "cudnn", "efficient", "math"}),
                "gpt: attention backend."),
+      BRRR_CFG(model.head_chunk_rows, R.ge(0),
+               "gpt fused: logits rows the head + loss holds at once; 0 = all."),
       BRRR_CFG(
           model.init_from, R,
           "Weights to start from: safetensors, torch.save(state_dict), brrr checkpoint, HF GPT-2."),

@@ -92,7 +92,7 @@ at::Tensor Gpt::language_model_loss(const at::Tensor& input, const at::Tensor& t
   // ln_f's output is read by nothing but the head (its backward keeps the stream, not it): the
   // head's backward may write d hidden into it.
   return lm_head_loss(h.reshape({-1, h.size(-1)}), lm_head_weight_, targets.reshape({-1}),
-                      kIgnoreIndex, /*hidden_is_scratch=*/true);
+                      kIgnoreIndex, /*hidden_is_scratch=*/true, options_.head_chunk_rows);
 }
 
 std::vector<std::string> Gpt::fused_ops() const {
@@ -182,7 +182,11 @@ std::string Gpt::describe() const {
       "{}, attention {})",
       options_.n_layer, options_.n_head, options_.n_embd, options_.block_size, options_.vocab_size,
       options_.bias, options_.tie_embeddings,
-      fused_ ? "fused (c_proj bias+)residual+layernorm, bias+gelu, linear bias gradients"
+      fused_ ? fmt::format("fused (c_proj bias+)residual+layernorm, bias+gelu, linear bias "
+                           "gradients, head+loss{}",
+                           options_.head_chunk_rows > 0
+                               ? fmt::format(" in chunks of {} rows", options_.head_chunk_rows)
+                               : "")
              : "unfused ATen ops",
       to_string(attention_)));
 }

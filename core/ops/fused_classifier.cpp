@@ -6,8 +6,10 @@
 #include <fmt/ranges.h>
 #include <torch/autograd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "core/ops/op_dtypes.h"
@@ -70,6 +72,13 @@ void check_head_args(const at::Tensor& hidden, const at::Tensor& weight,
   }
   check_targets(targets, hidden.size(0), hidden.device(), "lm_head_loss",
                 fmt::format("hidden [{}]", fmt::join(hidden.sizes(), ", ")));
+}
+
+void check_chunk_rows(int64_t chunk_rows) {
+  if (chunk_rows < 0) {
+    throw DataError(fmt::format(
+        "lm_head_loss: chunk_rows must be >= 0 (0: all rows at once), got {}", chunk_rows));
+  }
 }
 
 // The forward kernel's math in ATen ops (the Function's CPU stage): {row_loss, lse} in the
@@ -163,28 +172,90 @@ void scale_(const at::Tensor& t, const at::Tensor& scale) {
   }
 }
 
+// acc (+)= a b: a and b in the op's dtype, acc (rows, cols) in its accumulator type, products
+// summed in that type and acc rounded once per call. `first` overwrites acc instead.
+void mm_accumulate(at::Tensor& acc, const at::Tensor& a, const at::Tensor& b, bool first) {
+  const at::ScalarType type = acc.scalar_type();
+  if (a.scalar_type() == type) {
+    if (first) {
+      at::mm_out(acc, a, b);
+    } else {
+      acc.addmm_(a, b);
+    }
+  } else if (acc.is_cuda()) {  // cuBLAS: half/bf16 inputs, float output, beta 1
+    if (first) {
+      at::mm_out(acc, a, b, type);
+    } else {
+      at::addmm_out(acc, acc, a, b, type);
+    }
+  } else {  // the CPU has no mixed-dtype GEMM: the same sums from the inputs cast up
+    const at::Tensor product = a.to(type).mm(b.to(type));
+    if (first) {
+      acc.copy_(product);
+    } else {
+      acc.add_(product);
+    }
+  }
+}
+
 class LmHeadLossFunction : public torch::autograd::Function<LmHeadLossFunction> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& hidden,
                             const at::Tensor& weight, const at::Tensor& targets,
-                            int64_t ignore_index, bool with_grad, bool hidden_is_scratch) {
-    at::Tensor logits = at::mm(hidden, weight.t());  // (N, V)
-    const at::ScalarType acc = at::toOpMathType(logits.scalar_type());
+                            int64_t ignore_index, bool with_grad, bool hidden_is_scratch,
+                            int64_t chunk_rows) {
+    const int64_t rows = hidden.size(0);
+    const at::ScalarType acc = at::toOpMathType(hidden.scalar_type());
     const at::Tensor n_valid = targets.ne(ignore_index).sum().to(acc);  // on the device
-    at::Tensor row_loss;
-    if (with_grad) {
-      row_loss = logits.is_cuda()
-                     ? detail::fused_classifier_forward_grad_cuda(logits, targets, ignore_index)
-                     : forward_grad_stage_cpu(logits, targets, ignore_index);
+    ctx->saved_data["hidden_is_scratch"] = hidden_is_scratch;
+    ctx->saved_data["consumed"] = false;
+    const bool chunked = chunk_rows > 0 && chunk_rows < rows;
+    ctx->saved_data["chunked"] = with_grad && chunked;
+    if (!chunked) {
+      at::Tensor logits = at::mm(hidden, weight.t());  // (N, V)
+      if (!with_grad) return loss_of(logits, targets, ignore_index).sum().div_(n_valid);
+      const at::Tensor row_loss =
+          logits.is_cuda()
+              ? detail::fused_classifier_forward_grad_cuda(logits, targets, ignore_index)
+              : forward_grad_stage_cpu(logits, targets, ignore_index);
       ctx->save_for_backward({hidden, weight, logits, n_valid});
-      ctx->saved_data["hidden_is_scratch"] = hidden_is_scratch;
-      ctx->saved_data["consumed"] = false;
-    } else {
-      row_loss = logits.is_cuda()
-                     ? detail::fused_classifier_forward_cuda(logits, targets, ignore_index)[0]
-                     : forward_stage_cpu(logits, targets, ignore_index)[0];
+      return row_loss.sum().div_(n_valid);
     }
-    return row_loss.sum().div_(n_valid);
+    // Chunked: one (chunk_rows, V) logits buffer, reused; each chunk's gradients are taken
+    // now, unscaled, into d W (accumulator type) and d hidden (hidden's buffer when scratch).
+    at::Tensor buffer = at::empty({chunk_rows, weight.size(0)}, hidden.options());
+    at::Tensor d_weight, d_hidden;
+    if (with_grad) {
+      d_weight = at::empty(weight.sizes(), weight.options().dtype(acc));
+      d_hidden = hidden_is_scratch ? hidden : at::empty_like(hidden);
+    }
+    std::vector<at::Tensor> row_losses;
+    for (int64_t first = 0; first < rows; first += chunk_rows) {
+      const int64_t n = std::min(chunk_rows, rows - first);
+      at::Tensor logits = buffer.narrow(0, 0, n);  // leading rows: contiguous
+      const at::Tensor h = hidden.narrow(0, first, n);
+      const at::Tensor t = targets.narrow(0, first, n);
+      at::mm_out(logits, h, weight.t());
+      if (!with_grad) {
+        row_losses.push_back(loss_of(logits, t, ignore_index));
+        continue;
+      }
+      row_losses.push_back(logits.is_cuda()
+                               ? detail::fused_classifier_forward_grad_cuda(logits, t, ignore_index)
+                               : forward_grad_stage_cpu(logits, t, ignore_index));
+      // d W first: it is this chunk of hidden's last reader, so d hidden may take its rows.
+      mm_accumulate(d_weight, logits.t(), h, /*first=*/first == 0);
+      at::Tensor d_h = d_hidden.narrow(0, first, n);
+      at::mm_out(d_h, logits, weight);
+    }
+    const at::Tensor loss = at::cat(row_losses).sum().div_(n_valid);
+    if (with_grad) {
+      // hidden's buffer now holds d hidden: a node that saved hidden and runs later fails on
+      // the version check instead of reading it.
+      if (hidden_is_scratch) torch::autograd::impl::bump_version(d_hidden);
+      ctx->save_for_backward({d_hidden, d_weight, n_valid});
+    }
+    return loss;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -196,6 +267,7 @@ class LmHeadLossFunction : public torch::autograd::Function<LmHeadLossFunction> 
           "with its gradient (hidden_is_scratch; retain_graph=True needs it false)");
     }
     const variable_list saved = ctx->get_saved_variables();
+    if (ctx->saved_data["chunked"].toBool()) return chunked_backward(ctx, saved, grads[0]);
     const at::Tensor& hidden = saved[0];
     const at::Tensor& weight = saved[1];
     const at::Tensor& g = saved[2];  // softmax - onehot, unscaled
@@ -218,7 +290,44 @@ class LmHeadLossFunction : public torch::autograd::Function<LmHeadLossFunction> 
       }
       scale_(d_hidden, scale);
     }
-    return {d_hidden, d_weight, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    return {d_hidden,     d_weight,     at::Tensor(), at::Tensor(),
+            at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+
+ private:
+  // The forward without gradients: row_loss of logits (N, V).
+  static at::Tensor loss_of(const at::Tensor& logits, const at::Tensor& targets,
+                            int64_t ignore_index) {
+    return logits.is_cuda()
+               ? detail::fused_classifier_forward_cuda(logits, targets, ignore_index)[0]
+               : forward_stage_cpu(logits, targets, ignore_index)[0];
+  }
+
+  // saved: d hidden (hidden's dtype), d W (accumulator type), n_valid; both unscaled. The
+  // scale is applied now, rounding each once into the inputs' dtype.
+  static variable_list chunked_backward(AutogradContext* ctx, const variable_list& saved,
+                                        const at::Tensor& grad_output) {
+    const at::Tensor& d_hidden_unscaled = saved[0];
+    const at::Tensor& d_weight_acc = saved[1];
+    const at::Tensor scale = grad_output.to(saved[2].scalar_type()).div(saved[2]);
+    at::Tensor d_hidden, d_weight;
+    if (ctx->needs_input_grad(1)) {
+      // The Function's weight input: its dtype is hidden's (checked), d hidden's here.
+      d_weight = at::empty(d_weight_acc.sizes(), d_hidden_unscaled.options());
+      at::mul_out(d_weight, d_weight_acc, scale);  // in the accumulator type, rounded once
+    }
+    if (ctx->needs_input_grad(0)) {
+      if (ctx->saved_data["hidden_is_scratch"].toBool()) {
+        ctx->saved_data["consumed"] = true;
+        d_hidden = d_hidden_unscaled;
+        scale_(d_hidden, scale);
+      } else {  // kept unscaled: a second backward (retain_graph) reads it again
+        d_hidden = d_hidden_unscaled.clone();
+        scale_(d_hidden, scale);
+      }
+    }
+    return {d_hidden,     d_weight,     at::Tensor(), at::Tensor(),
+            at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -260,19 +369,22 @@ namespace detail {
 
 at::Tensor lm_head_loss_function(const at::Tensor& hidden, const at::Tensor& weight,
                                  const at::Tensor& targets, int64_t ignore_index,
-                                 bool hidden_is_scratch) {
+                                 bool hidden_is_scratch, int64_t chunk_rows) {
   check_head_args(hidden, weight, targets);
+  check_chunk_rows(chunk_rows);
   const bool with_grad =
       at::GradMode::is_enabled() && (hidden.requires_grad() || weight.requires_grad());
   // Scratch only when hidden is its own contiguous buffer: a copy made here is scratch anyway.
   return LmHeadLossFunction::apply(hidden.contiguous(), weight.contiguous(), targets.contiguous(),
-                                   ignore_index, with_grad, hidden_is_scratch);
+                                   ignore_index, with_grad, hidden_is_scratch, chunk_rows);
 }
 
 }  // namespace detail
 
 at::Tensor lm_head_loss(const at::Tensor& hidden, const at::Tensor& weight,
-                        const at::Tensor& targets, int64_t ignore_index, bool hidden_is_scratch) {
+                        const at::Tensor& targets, int64_t ignore_index, bool hidden_is_scratch,
+                        int64_t chunk_rows) {
+  check_chunk_rows(chunk_rows);
   if (!(hidden.is_cuda() && detail::fused_classifier_cuda_built())) {
     return lm_head_loss_reference(hidden, weight, targets, ignore_index);
   }
@@ -282,9 +394,10 @@ at::Tensor lm_head_loss(const at::Tensor& hidden, const at::Tensor& weight,
     const at::ScalarType dtype = at::autocast::get_autocast_dtype(type);
     return detail::lm_head_loss_function(at::autocast::cached_cast(dtype, hidden, type),
                                          at::autocast::cached_cast(dtype, weight, type), targets,
-                                         ignore_index, hidden_is_scratch);
+                                         ignore_index, hidden_is_scratch, chunk_rows);
   }
-  return detail::lm_head_loss_function(hidden, weight, targets, ignore_index, hidden_is_scratch);
+  return detail::lm_head_loss_function(hidden, weight, targets, ignore_index, hidden_is_scratch,
+                                       chunk_rows);
 }
 
 }  // namespace brrr

@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "models/state_dict.h"
@@ -255,6 +257,43 @@ TEST(GptTest, CudaFusedMatchesUnfusedUnderBf16) {
     Gpt other(ob);
     other.to(torch::kCUDA);
     test::expect_close(run(other), run(plain), std::string("logits with ") + backend, 2e-2, 2e-2);
+  }
+}
+
+// model.head_chunk_rows on the GPU: the head + loss in chunks of rows (gradients taken in the
+// forward, d W summed in float) trains the same model as the one-chunk op, under bf16 autocast.
+TEST(GptTest, CudaHeadInChunksMatchesOneChunk) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  auto o = gpt_options(2, 4, 64, 64, 1000);
+  const at::Tensor tokens = torch::randint(0, 1000, {4, 64}, at::kLong).to(torch::kCUDA);
+  const at::Tensor targets = torch::randint(0, 1000, {4, 64}, at::kLong).to(torch::kCUDA);
+  auto run = [&](int64_t chunk_rows) {
+    o.head_chunk_rows = chunk_rows;
+    torch::manual_seed(8);
+    auto m = std::make_shared<Gpt>(o);
+    m->to(torch::kCUDA);
+    at::autocast::set_autocast_enabled(at::kCUDA, true);
+    at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+    const at::Tensor loss = m->language_model_loss(tokens, targets, /*fused=*/true);
+    at::autocast::set_autocast_enabled(at::kCUDA, false);
+    at::autocast::clear_cache();
+    loss.backward();
+    return std::make_pair(loss.item<double>(), m);
+  };
+  const auto [want, one] = run(0);
+  for (int64_t chunk_rows : {100, 256}) {  // 256 rows: three chunks (100, 100, 56), then one
+    SCOPED_TRACE("head_chunk_rows " + std::to_string(chunk_rows));
+    const auto [got, chunked] = run(chunk_rows);
+    EXPECT_NEAR(got, want, 1e-3 * want);
+    EXPECT_NE(chunked->describe().find(chunk_rows == 100 ? "in chunks of 100 rows" : "head+loss"),
+              std::string::npos)
+        << chunked->describe();
+    const auto b = one->named_parameters();
+    for (const auto& p : chunked->named_parameters()) {
+      const at::Tensor g = p.value().grad().cpu(), ref = b[p.key()].grad().cpu();
+      const double rel = (g - ref).norm().item<double>() / (ref.norm().item<double>() + 1e-12);
+      EXPECT_LT(rel, 1e-2) << "grad of " << p.key();
+    }
   }
 }
 

@@ -317,6 +317,123 @@ TEST(LmHeadLossTest, ScratchHiddenTakesItsGradient) {
   }
 }
 
+// ---- lm_head_loss in chunks of rows: the same loss and gradients without the (N, V) logits ----
+
+auto head_in_chunks(int64_t chunk_rows, bool scratch = false) {
+  return [chunk_rows, scratch](const at::Tensor& h, const at::Tensor& w, const at::Tensor& t) {
+    return detail::lm_head_loss_function(h, w, t, kIgnoreIndex, scratch, chunk_rows);
+  };
+}
+
+TEST(LmHeadLossChunkedTest, EveryChunkSizeMatchesOneChunk) {
+  SCOPED_TRACE("seed " + std::to_string(test::fresh_seed()));
+  // 23 rows: chunks of 1, 5 (a short last chunk), 22, and sizes >= N that take the one-chunk path.
+  const at::Tensor hidden = at::randn({23, 16}, at::kDouble);
+  const at::Tensor weight = at::randn({131, 16}, at::kDouble) * 0.5;
+  at::Tensor targets = make_targets(23, 131, at::TensorOptions());
+  targets.index_put_({4}, kIgnoreIndex);
+  const HeadResult want = head_loss_and_grads(kHeadFunction, hidden, weight, targets, 1.7);
+  for (int64_t chunk : {1, 5, 22, 23, 64}) {
+    SCOPED_TRACE("chunk_rows " + std::to_string(chunk));
+    const HeadResult got = head_loss_and_grads(head_in_chunks(chunk), hidden, weight, targets, 1.7);
+    EXPECT_LT(rel_error(got.loss, want.loss), 1e-12);
+    EXPECT_LT(rel_error(got.d_hidden, want.d_hidden), 1e-12);
+    EXPECT_LT(rel_error(got.d_weight, want.d_weight), 1e-12);
+    EXPECT_TRUE(got.d_hidden[4].eq(0).all().item<bool>());  // the ignored row
+  }
+}
+
+TEST(LmHeadLossChunkedTest, GradientsMatchFiniteDifferencesAndTheReference) {
+  SCOPED_TRACE("seed " + std::to_string(test::fresh_seed()));
+  const at::Tensor hidden = at::randn({7, 4}, at::kDouble);
+  const at::Tensor weight = at::randn({9, 4}, at::kDouble);
+  at::Tensor targets = at::randint(0, 9, {7}, at::kLong);
+  targets.index_put_({2}, kIgnoreIndex);
+  const HeadResult got = head_loss_and_grads(head_in_chunks(3), hidden, weight, targets);
+  const at::Tensor h = hidden.clone(), w = weight.clone();
+  const auto loss = [&] { return head_in_chunks(3)(h, w, targets); };
+  EXPECT_LT(rel_error(got.d_hidden, test::numeric_grad(loss, h)), 1e-7);
+  EXPECT_LT(rel_error(got.d_weight, test::numeric_grad(loss, w)), 1e-7);
+  // float32: against the ATen reference, as the one-chunk Function is.
+  const at::Tensor h32 = hidden.to(at::kFloat), w32 = weight.to(at::kFloat);
+  const HeadResult got32 = head_loss_and_grads(head_in_chunks(2), h32, w32, targets, 0.3);
+  const HeadResult want32 = head_loss_and_grads(kHeadReference, h32, w32, targets, 0.3);
+  EXPECT_EQ(got32.d_weight.scalar_type(), at::kFloat);
+  EXPECT_LT(rel_error(got32.loss, want32.loss), 1e-6);
+  EXPECT_LT(rel_error(got32.d_hidden, want32.d_hidden), 1e-6);
+  EXPECT_LT(rel_error(got32.d_weight, want32.d_weight), 1e-6);
+}
+
+TEST(LmHeadLossChunkedTest, HalfPrecisionSumsTheWeightGradientInFloat) {
+  SCOPED_TRACE("seed " + std::to_string(test::fresh_seed()));
+  // bf16 inputs: d W is summed over the chunks in float and rounded once, so it equals the
+  // float64 answer to the rounded inputs within bf16's rounding (2^-8), chunk count aside.
+  const at::Tensor hidden = at::randn({40, 8}).to(at::kBFloat16);
+  const at::Tensor weight = (at::randn({33, 8}) * 0.5).to(at::kBFloat16);
+  const at::Tensor targets = make_targets(40, 33, at::TensorOptions());
+  const HeadResult got = head_loss_and_grads(head_in_chunks(3), hidden, weight, targets);
+  const HeadResult want =
+      head_loss_and_grads(kHeadFunction, hidden.to(at::kDouble), weight.to(at::kDouble), targets);
+  EXPECT_EQ(got.d_weight.scalar_type(), at::kBFloat16);
+  EXPECT_EQ(got.d_hidden.scalar_type(), at::kBFloat16);
+  EXPECT_LT(rel_error(got.d_weight, want.d_weight), 1e-2);
+  EXPECT_LT(rel_error(got.d_hidden, want.d_hidden), 1e-2);
+  EXPECT_LT(rel_error(got.loss, want.loss), 1e-2);
+}
+
+TEST(LmHeadLossChunkedTest, WithoutGradientsSecondBackwardAndMicroBatches) {
+  SCOPED_TRACE("seed " + std::to_string(test::fresh_seed()));
+  const at::Tensor h1 = at::randn({7, 6}), h2 = at::randn({5, 6}), w0 = at::randn({19, 6});
+  const at::Tensor t1 = make_targets(7, 19, {}), t2 = make_targets(5, 19, {});
+  {
+    const at::NoGradGuard no_grad;
+    EXPECT_LT(rel_error(head_in_chunks(2)(h1, w0, t1), kHeadFunction(h1, w0, t1)), 1e-6);
+  }
+  auto grad_of_weight = [&](auto op) {
+    const at::Tensor w = w0.clone().requires_grad_(true);
+    const at::Tensor first = op(h1, w, t1);
+    first.backward({}, /*retain_graph=*/true);
+    (0.5 * first).backward();  // the saved, unscaled gradients are read, not consumed
+    op(h2, w, t2).backward();  // a second micro-batch adds into w.grad
+    return w.grad().clone();
+  };
+  EXPECT_LT(rel_error(grad_of_weight(head_in_chunks(3)), grad_of_weight(kHeadReference)), 1e-6);
+}
+
+TEST(LmHeadLossChunkedTest, ScratchHiddenHoldsItsGradientAfterTheForward) {
+  SCOPED_TRACE("seed " + std::to_string(test::fresh_seed()));
+  const at::Tensor leaf = at::randn({9, 5}).requires_grad_(true);
+  const at::Tensor w0 = at::randn({21, 5});
+  const at::Tensor targets = make_targets(9, 21, at::TensorOptions());
+  const HeadResult want = head_loss_and_grads(kHeadFunction, leaf, w0, targets);
+  const at::Tensor hidden = leaf * 1;  // the buffer the op may overwrite
+  const at::Tensor w = w0.clone().requires_grad_(true);
+  const int64_t version = hidden._version();
+  const at::Tensor loss = head_in_chunks(4, /*scratch=*/true)(hidden, w, targets);
+  EXPECT_GT(hidden._version(), version);  // already in the forward: the chunks' d hidden
+  EXPECT_LT(rel_error(loss.detach(), want.loss), 1e-6);
+  loss.backward({}, /*retain_graph=*/true);
+  EXPECT_LT(rel_error(leaf.grad(), want.d_hidden), 1e-6);
+  EXPECT_LT(rel_error(w.grad(), want.d_weight), 1e-6);
+  EXPECT_TRUE(at::equal(hidden.detach(), leaf.grad()));  // scaled in place by the backward
+  try {
+    loss.backward();
+    FAIL() << "no error";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("backward ran twice"), std::string::npos) << e.what();
+  }
+}
+
+TEST(LmHeadLossChunkedTest, NegativeChunkRowsIsAnError) {
+  const at::Tensor hidden = at::randn({4, 3}), weight = at::randn({6, 3});
+  const at::Tensor targets = at::zeros({4}, at::kLong);
+  const std::string want = "lm_head_loss: chunk_rows must be >= 0 (0: all rows at once), got -2";
+  EXPECT_EQ(test::data_error_message(
+                [&] { lm_head_loss(hidden, weight, targets, kIgnoreIndex, false, -2); }),
+            want);
+  EXPECT_EQ(test::data_error_message([&] { head_in_chunks(-2)(hidden, weight, targets); }), want);
+}
+
 TEST(LmHeadLossTest, IgnoredAndOutOfRangeRows) {
   const at::Tensor hidden = at::randn({4, 3}), weight = at::randn({6, 3});
   const at::Tensor ignored =
@@ -439,42 +556,48 @@ TEST(LmHeadLossCudaTest, MatchesTheReference) {
   // (N, C, V): V = 50257 leaves every row but the first off a 16-byte boundary.
   const std::vector<std::array<int64_t, 3>> shapes = {
       {1, 8, 5}, {3, 64, 1000}, {37, 96, 50257}, {130, 768, 50304}};
+  // chunk_rows 16: 37 rows are chunks of 16, 16 and 5 (d W summed by cuBLAS into float).
   for (const auto& [rows, channels, vocab] : shapes) {
     for (at::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
-      SCOPED_TRACE(::testing::Message()
-                   << "N " << rows << " C " << channels << " V " << vocab << " " << dtype);
-      const at::Tensor hidden = at::randn({rows, channels}, cuda).to(dtype);
-      const at::Tensor weight =
-          (at::randn({vocab, channels}, cuda) * (2.0 / std::sqrt(channels))).to(dtype);
-      const at::Tensor targets = make_targets(rows, vocab, cuda);
-      test::poison({{{rows, vocab}, dtype},
-                    {{rows}, at::kFloat},
-                    {{rows, channels}, dtype},
-                    {{vocab, channels}, dtype}},
-                   cuda.device());
-      const HeadResult got = head_loss_and_grads(kHeadFunction, hidden, weight, targets, 1.3);
-      // The reference in float64 from the same rounded inputs: the exact answer to them.
-      const at::Tensor h64 = hidden.to(at::kDouble), w64 = weight.to(at::kDouble);
-      const HeadResult want = head_loss_and_grads(kHeadReference, h64, w64, targets, 1.3);
-      const double tol = dtype == at::kFloat ? 1e-5 : 1e-2;
-      // The kernel computes p = softmax to float precision, then p - onehot: where a row's target
-      // takes nearly all the mass (p_t -> 1), that difference cancels and its relative error
-      // grows by ||p|| / ||p - onehot|| over the counted rows (a tiny V makes this likely: 1.5e-5
-      // was seen at N 1, V 5). The gradients' bound carries that factor; the loss's does not.
-      const at::Tensor counted = targets.ne(kIgnoreIndex);
-      const at::Tensor p = at::softmax(at::mm(h64, w64.t()), 1).index({counted});
-      const at::Tensor onehot =
-          at::one_hot(targets.index({counted}), vocab).to(at::kDouble).to(p.device());
-      const double cancel =
-          std::max(1.0, p.norm().item<double>() / (p - onehot).norm().item<double>());
-      // The loss is computed from logits in the inputs' dtype (the GEMM's output): the reference
-      // rounds them there too (with N = 1 and V = 5, bf16 logits alone move the loss by ~1%).
-      const at::Tensor want_loss = lm_head_loss_reference(hidden, weight, targets, kIgnoreIndex);
-      ASSERT_EQ(got.loss.scalar_type(), at::kFloat);
-      EXPECT_LT(rel_error(got.loss, want_loss), tol);
-      EXPECT_LT(rel_error(got.loss, want.loss), dtype == at::kFloat ? tol : 5e-2);
-      EXPECT_LT(rel_error(got.d_hidden, want.d_hidden), tol * cancel) << "cancellation " << cancel;
-      EXPECT_LT(rel_error(got.d_weight, want.d_weight), tol * cancel) << "cancellation " << cancel;
+      for (int64_t chunk : {0, 16}) {
+        SCOPED_TRACE(::testing::Message() << "N " << rows << " C " << channels << " V " << vocab
+                                          << " " << dtype << " chunk_rows " << chunk);
+        const at::Tensor hidden = at::randn({rows, channels}, cuda).to(dtype);
+        const at::Tensor weight =
+            (at::randn({vocab, channels}, cuda) * (2.0 / std::sqrt(channels))).to(dtype);
+        const at::Tensor targets = make_targets(rows, vocab, cuda);
+        test::poison({{{rows, vocab}, dtype},
+                      {{rows}, at::kFloat},
+                      {{rows, channels}, dtype},
+                      {{vocab, channels}, dtype}},
+                     cuda.device());
+        const HeadResult got =
+            head_loss_and_grads(head_in_chunks(chunk), hidden, weight, targets, 1.3);
+        // The reference in float64 from the same rounded inputs: the exact answer to them.
+        const at::Tensor h64 = hidden.to(at::kDouble), w64 = weight.to(at::kDouble);
+        const HeadResult want = head_loss_and_grads(kHeadReference, h64, w64, targets, 1.3);
+        const double tol = dtype == at::kFloat ? 1e-5 : 1e-2;
+        // The kernel computes p = softmax to float precision, then p - onehot: where a row's target
+        // takes nearly all the mass (p_t -> 1), that difference cancels and its relative error
+        // grows by ||p|| / ||p - onehot|| over the counted rows (a tiny V makes this likely: 1.5e-5
+        // was seen at N 1, V 5). The gradients' bound carries that factor; the loss's does not.
+        const at::Tensor counted = targets.ne(kIgnoreIndex);
+        const at::Tensor p = at::softmax(at::mm(h64, w64.t()), 1).index({counted});
+        const at::Tensor onehot =
+            at::one_hot(targets.index({counted}), vocab).to(at::kDouble).to(p.device());
+        const double cancel =
+            std::max(1.0, p.norm().item<double>() / (p - onehot).norm().item<double>());
+        // The loss is computed from logits in the inputs' dtype (the GEMM's output): the reference
+        // rounds them there too (with N = 1 and V = 5, bf16 logits alone move the loss by ~1%).
+        const at::Tensor want_loss = lm_head_loss_reference(hidden, weight, targets, kIgnoreIndex);
+        ASSERT_EQ(got.loss.scalar_type(), at::kFloat);
+        EXPECT_LT(rel_error(got.loss, want_loss), tol);
+        EXPECT_LT(rel_error(got.loss, want.loss), dtype == at::kFloat ? tol : 5e-2);
+        EXPECT_LT(rel_error(got.d_hidden, want.d_hidden), tol * cancel)
+            << "cancellation " << cancel;
+        EXPECT_LT(rel_error(got.d_weight, want.d_weight), tol * cancel)
+            << "cancellation " << cancel;
+      }
     }
   }
 }
