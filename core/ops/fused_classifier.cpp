@@ -222,13 +222,14 @@ class LmHeadLossFunction : public torch::autograd::Function<LmHeadLossFunction> 
       return row_loss.sum().div_(n_valid);
     }
     // Chunked: one (chunk_rows, V) logits buffer, reused; each chunk's gradients are taken
-    // now, unscaled, into d W (accumulator type) and d hidden (hidden's buffer when scratch).
+    // now, unscaled, into d W (accumulator type) and d hidden (hidden's buffer when scratch),
+    // each only where its input needs it (a frozen head or frozen hidden states).
     at::Tensor buffer = at::empty({chunk_rows, weight.size(0)}, hidden.options());
+    const bool need_d_hidden = with_grad && ctx->needs_input_grad(0);
+    const bool need_d_weight = with_grad && ctx->needs_input_grad(1);
     at::Tensor d_weight, d_hidden;
-    if (with_grad) {
-      d_weight = at::empty(weight.sizes(), weight.options().dtype(acc));
-      d_hidden = hidden_is_scratch ? hidden : at::empty_like(hidden);
-    }
+    if (need_d_weight) d_weight = at::empty(weight.sizes(), weight.options().dtype(acc));
+    if (need_d_hidden) d_hidden = hidden_is_scratch ? hidden : at::empty_like(hidden);
     std::vector<at::Tensor> row_losses;
     for (int64_t first = 0; first < rows; first += chunk_rows) {
       const int64_t n = std::min(chunk_rows, rows - first);
@@ -244,15 +245,18 @@ class LmHeadLossFunction : public torch::autograd::Function<LmHeadLossFunction> 
                                ? detail::fused_classifier_forward_grad_cuda(logits, t, ignore_index)
                                : forward_grad_stage_cpu(logits, t, ignore_index));
       // d W first: it is this chunk of hidden's last reader, so d hidden may take its rows.
-      mm_accumulate(d_weight, logits.t(), h, /*first=*/first == 0);
-      at::Tensor d_h = d_hidden.narrow(0, first, n);
-      at::mm_out(d_h, logits, weight);
+      if (need_d_weight) mm_accumulate(d_weight, logits.t(), h, /*first=*/first == 0);
+      if (need_d_hidden) {
+        at::Tensor d_h = d_hidden.narrow(0, first, n);
+        at::mm_out(d_h, logits, weight);
+      }
     }
     const at::Tensor loss = at::cat(row_losses).sum().div_(n_valid);
     if (with_grad) {
       // hidden's buffer now holds d hidden: a node that saved hidden and runs later fails on
       // the version check instead of reading it.
-      if (hidden_is_scratch) torch::autograd::impl::bump_version(d_hidden);
+      if (need_d_hidden && hidden_is_scratch) torch::autograd::impl::bump_version(d_hidden);
+      ctx->saved_data["dtype"] = static_cast<int64_t>(hidden.scalar_type());
       ctx->save_for_backward({d_hidden, d_weight, n_valid});
     }
     return loss;
@@ -312,8 +316,9 @@ class LmHeadLossFunction : public torch::autograd::Function<LmHeadLossFunction> 
     const at::Tensor scale = grad_output.to(saved[2].scalar_type()).div(saved[2]);
     at::Tensor d_hidden, d_weight;
     if (ctx->needs_input_grad(1)) {
-      // The Function's weight input: its dtype is hidden's (checked), d hidden's here.
-      d_weight = at::empty(d_weight_acc.sizes(), d_hidden_unscaled.options());
+      // The Function's weight input: its dtype is hidden's (checked).
+      const auto dtype = static_cast<at::ScalarType>(ctx->saved_data["dtype"].toInt());
+      d_weight = at::empty(d_weight_acc.sizes(), d_weight_acc.options().dtype(dtype));
       at::mul_out(d_weight, d_weight_acc, scale);  // in the accumulator type, rounded once
     }
     if (ctx->needs_input_grad(0)) {

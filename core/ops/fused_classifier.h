@@ -68,8 +68,11 @@
 // after the forward). The backward scales both and rounds each once into the inputs' dtype. The
 // (N, V) logits never exist: the op's memory is the chunk buffer plus d W in float (V x C x 4
 // bytes) instead of N x V logits, e.g. 196 + 154 MiB instead of 1,572 MiB for GPT-2 at 16 x 1024
-// with 2048-row chunks, bought with one more read and write of d W per chunk. Saved for backward:
-// d hidden, d W, n_valid. Without a gradient the loss is computed chunk by chunk the same way.
+// with 2048-row chunks, bought with one more read and write of d W per chunk. Each gradient is
+// taken only for an input that requires one: a frozen weight costs no d W GEMMs and no float
+// buffer, and hidden without a gradient is left as it was, hidden_is_scratch or not. Saved for
+// backward: d hidden, d W, n_valid. Without a gradient the loss is computed chunk by chunk the
+// same way.
 
 #include <ATen/core/Tensor.h>
 

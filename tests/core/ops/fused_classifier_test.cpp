@@ -424,6 +424,29 @@ TEST(LmHeadLossChunkedTest, ScratchHiddenHoldsItsGradientAfterTheForward) {
   }
 }
 
+TEST(LmHeadLossChunkedTest, OnlyTheGradientsAskedForAreTaken) {
+  SCOPED_TRACE("seed " + std::to_string(test::fresh_seed()));
+  const at::Tensor h0 = at::randn({11, 6}, at::kDouble), w0 = at::randn({17, 6}, at::kDouble);
+  const at::Tensor targets = make_targets(11, 17, at::TensorOptions());
+  const HeadResult want = head_loss_and_grads(kHeadFunction, h0, w0, targets, 0.7);
+  {  // a frozen head: d hidden only
+    const at::Tensor h = h0.clone().requires_grad_(true), w = w0.clone();
+    (0.7 * head_in_chunks(4)(h, w, targets)).backward();
+    EXPECT_LT(rel_error(h.grad(), want.d_hidden), 1e-12);
+    EXPECT_FALSE(w.grad().defined());
+  }
+  {  // hidden states without a gradient, given as scratch: d W only, hidden's buffer untouched
+    const at::Tensor h = h0.clone(), w = w0.clone().requires_grad_(true);
+    const int64_t version = h._version();
+    const at::Tensor loss = head_in_chunks(4, /*scratch=*/true)(h, w, targets);
+    (0.7 * loss).backward();
+    EXPECT_LT(rel_error(w.grad(), want.d_weight), 1e-12);
+    EXPECT_EQ(h._version(), version);
+    EXPECT_TRUE(at::equal(h, h0));
+    EXPECT_LT(rel_error(loss.detach(), want.loss), 1e-12);
+  }
+}
+
 TEST(LmHeadLossChunkedTest, NegativeChunkRowsIsAnError) {
   const at::Tensor hidden = at::randn({4, 3}), weight = at::randn({6, 3});
   const at::Tensor targets = at::zeros({4}, at::kLong);
@@ -546,6 +569,27 @@ TEST(FusedClassifierCudaTest, IgnoredAndOutOfRangeRows) {
   const auto [want3, want_grad3] = loss_and_grad(kReference, logits.narrow(0, 0, 3), valid);
   EXPECT_LT(rel_error(loss3, want3), 1e-5);
   EXPECT_LT(rel_error(grad3, want_grad3), 1e-5);
+}
+
+TEST(LmHeadLossCudaTest, ChunkedGradientsOfAFrozenInputAreSkippedAndTheOthersUnchanged) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  SCOPED_TRACE("seed " + std::to_string(test::fresh_seed()));
+  const auto cuda = at::TensorOptions().device(at::kCUDA);
+  const at::Tensor h0 = at::randn({37, 96}, cuda).to(at::kBFloat16);
+  const at::Tensor w0 = (at::randn({50257, 96}, cuda) * 0.2).to(at::kBFloat16);
+  const at::Tensor targets = make_targets(37, 50257, cuda);
+  const HeadResult both = head_loss_and_grads(head_in_chunks(16), h0, w0, targets, 1.3);
+  {  // a frozen head: the same d hidden, bit for bit (the same GEMMs run)
+    const at::Tensor h = h0.clone().requires_grad_(true);
+    (1.3 * head_in_chunks(16)(h, w0, targets)).backward();
+    EXPECT_TRUE(at::equal(h.grad(), both.d_hidden));
+  }
+  {  // hidden without a gradient, as scratch: the same d W, hidden left as it was
+    const at::Tensor h = h0.clone(), w = w0.clone().requires_grad_(true);
+    (1.3 * head_in_chunks(16, /*scratch=*/true)(h, w, targets)).backward();
+    EXPECT_TRUE(at::equal(w.grad(), both.d_weight));
+    EXPECT_TRUE(at::equal(h, h0));
+  }
 }
 
 TEST(LmHeadLossCudaTest, MatchesTheReference) {
