@@ -309,6 +309,8 @@ void Validator::run() const {
           fmt::format("must be a multiple of model.n_head ({}), got {}", c_.model.n_head,
                       c_.model.n_embd),
           "model.n_head");
+  require(c_.model.head_chunk_rows == 0 || c_.model.fused != "false", "model.head_chunk_rows",
+          "chunks the fused head + loss: needs model.fused auto or true, got false", "model.fused");
   require(c_.optim.betas.size() == 2, "optim.betas",
           fmt::format("expected two values [beta1, beta2], got {}", c_.optim.betas.size()));
   require(!c_.optim.nesterov || c_.optim.momentum > 0, "optim.nesterov", "needs optim.momentum > 0",

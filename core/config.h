@@ -145,6 +145,7 @@ struct ModelOptions {
   /// gpt on the fused path: rows of logits the head + loss op holds at once (ops::lm_head_loss's
   /// chunk_rows). 0 = all B x T rows; a smaller count takes each chunk's gradients in the forward
   /// and never holds the (B x T, vocab_size) logits, for less peak memory (RESULTS.md, section 8).
+  /// Needs the fused path (model.fused auto or true; a config error with false).
   int64_t head_chunk_rows = 0;
   /// Weights to start from (not optimizer state): a safetensors file, a PyTorch
   /// torch.save(model.state_dict()) file or a brrr checkpoint; for `gpt` also a Hugging Face

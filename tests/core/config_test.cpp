@@ -207,6 +207,12 @@ TEST(ConfigTest, CrossFieldRulesNameTheKeyAndWhereItWasSet) {
             "trace to be recorded, got 10");
   EXPECT_TRUE(parse_config(kMinimal + "train:\n  profile: {steps: 2, memory: true}\n")
                   .train.profile.memory);
+  const std::string chunked =
+      "data:\n  dataset: fortunes\nmodel:\n  name: gpt\n  head_chunk_rows: 4096\n";
+  EXPECT_EQ(parse_error(chunked + "  fused: false\n"),
+            "model.head_chunk_rows at exp.yaml:5:20: chunks the fused head + loss: needs "
+            "model.fused auto or true, got false");
+  EXPECT_EQ(parse_config(chunked + "  fused: auto\n").model.head_chunk_rows, 4096);
   EXPECT_EQ(parse_error(kMinimal + "  mean: [0.5, 0.5, 0.5]\n  std: [0.2]\n"),
             "data.std at exp.yaml:6:8: must have as many values as data.mean (3), got 1");
 }
