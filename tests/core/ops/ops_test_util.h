@@ -27,7 +27,8 @@ std::string data_error_message(F&& f) {
 }
 
 /// Seeds ATen's generators (CPU and CUDA) with a fresh random seed and returns it, so that every
-/// run draws new inputs and a failure can name its seed (SCOPED_TRACE).
+/// run draws new inputs and a failure can name its seed (SCOPED_TRACE). With BRRR_TEST_SEED set,
+/// that seed instead: a failure replayed.
 uint64_t fresh_seed();
 
 /// Allocates one tensor per (sizes, dtype) on `device`, fills each with NaN and frees them all,
