@@ -134,7 +134,8 @@ inline bool runs_sm90_code(const void* kernel, int device) {
 /// first kernel has finished and its writes are visible. Both are no-ops before sm_90, and
 /// pdl_wait() returns at once when the launch did not ask for the overlap. The launch asks for it
 /// only where the sum runs its sm_90 code: without the wait, the partials' writes need not be
-/// visible when it starts.
+/// visible when it starts. column_sum's one-launch kernel does both: it triggers at its start and
+/// waits before its first load (linear_bias.cu).
 __device__ __forceinline__ void pdl_trigger() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");

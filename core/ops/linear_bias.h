@@ -34,7 +34,8 @@ at::Tensor linear_bias(const at::Tensor& x, const at::Tensor& weight, const at::
 ///   16 bytes) and as many slabs of 4 * kV columns as fill the SMs and run at once (544 <= C <=
 ///   1984 bf16 on an H200): clusters of 8 blocks, each cluster a slab over all rows; a warp reads
 ///   8 rows of 64 bytes at a time, and every warp's sums are stored into rank 0's shared memory
-///   (st.async on an mbarrier), which adds them; only rank 0 waits.
+///   (st.async on an mbarrier), which adds them; only rank 0 waits. A programmatic dependent
+///   launch: its blocks start while the kernel before it finishes and wait before their loads.
 /// - two launches otherwise: blocks of 8 warps own a slab of 32 * kV columns and a chunk of rows
 ///   (a warp reads 512 consecutive bytes of a row), write float partials (chunks, C), and
 ///   sum_partials_kernel adds the chunks in order. C % kV != 0 or misaligned rows take this one
