@@ -19,11 +19,11 @@
 
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "bench/bench_main.h"
 #include "core/device.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -170,7 +170,7 @@ double h2d_gbps(const at::Tensor& src, at::Tensor& dst, int64_t repeats) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
+  return brrr::bench::run_main("bench_loader_bench", [&] {
     const Args a = parse_args(argc, argv);
     const c10::Device device = brrr::resolve_device("auto");
     const bool pin = a.pin_memory == "auto" ? device.is_cuda() : a.pin_memory == "true";
@@ -212,18 +212,6 @@ int main(int argc, char** argv) {
       csv += fmt::format("brrr,h2d_pinned_gbps,0,{},{:.3f},GB/s\n", a.copy_batch, pinned);
       csv += fmt::format("brrr,h2d_pageable_gbps,0,{},{:.3f},GB/s\n", a.copy_batch, paged);
     }
-    fmt::print("{}", csv);
-    if (!a.csv.empty()) {
-      std::ofstream out(a.csv);
-      out << csv;
-      if (!out) throw brrr::Error(fmt::format("cannot write --csv {}", a.csv));
-    }
-    return 0;
-  } catch (const brrr::UsageError& e) {
-    std::fprintf(stderr, "%s\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_loader_bench: %s\n", e.what());
-    return 1;
-  }
+    brrr::bench::emit_csv(csv, a.csv);
+  });
 }

@@ -15,10 +15,10 @@
 
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <string>
 #include <vector>
 
+#include "bench/bench_main.h"
 #include "core/device.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -191,7 +191,7 @@ Result run_one(const Args& a, int64_t batch, bool channels_last, const c10::Devi
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
+  return brrr::bench::run_main("bench_resnet_step_bench", [&] {
     const Args a = parse_args(argc, argv);
     const c10::Device device = brrr::resolve_device(a.device);
     brrr::set_tf32(true);
@@ -208,18 +208,6 @@ int main(int argc, char** argv) {
                            r.step_ms);
       }
     }
-    fmt::print("{}", csv);
-    if (!a.csv.empty()) {
-      std::ofstream out(a.csv);
-      out << csv;
-      if (!out) throw brrr::Error(fmt::format("cannot write --csv {}", a.csv));
-    }
-    return 0;
-  } catch (const brrr::UsageError& e) {
-    std::fprintf(stderr, "%s\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_resnet_step_bench: %s\n", e.what());
-    return 1;
-  }
+    brrr::bench::emit_csv(csv, a.csv);
+  });
 }
