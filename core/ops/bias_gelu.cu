@@ -84,6 +84,8 @@ __global__ void __launch_bounds__(kThreads)
                              T* __restrict__ y,           // (N, D)
                              int64_t nvec, int64_t row_vecs) {
   using acc_t = acc_type<T>;
+  pdl_wait();
+  pdl_trigger();
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < nvec;
        i += stride) {
@@ -110,6 +112,7 @@ __global__ void __launch_bounds__(kCols* kRows)
   using acc_t = acc_type<T>;
   // [row lane][element][column lane]: a warp's 32 lanes touch 32 consecutive words.
   __shared__ acc_t lane_sum[kRows][kV][kCols];
+  pdl_wait();
   pdl_trigger();
   const int64_t j = static_cast<int64_t>(blockIdx.x) * kCols + threadIdx.x;  // column vector
   const int64_t width = row_vecs * kV;
@@ -185,9 +188,8 @@ at::Tensor bias_gelu_forward_cuda(const at::Tensor& x, const at::Tensor& bias) {
     auto launch = [&](auto kernel, int vec) {
       const int64_t nvec = x.numel() / vec;
       const int64_t blocks = std::min<int64_t>((nvec + kThreads - 1) / kThreads, int64_t{sms} * 8);
-      kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-          x.data_ptr<T>(), bias.data_ptr<B>(), y.data_ptr<T>(), nvec, width / vec);
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      launch_dependent(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0, stream,
+                       x.data_ptr<T>(), bias.data_ptr<B>(), y.data_ptr<T>(), nvec, width / vec);
     };
     if (vector_path<T, B>(width, {&x, &y}, bias)) {
       launch(bias_gelu_forward_kernel<T, B, kVec16<T>>, kVec16<T>);
@@ -217,10 +219,10 @@ std::vector<at::Tensor> bias_gelu_backward_cuda(const at::Tensor& dy, const at::
                                              std::min<int64_t>((rows + kRows - 1) / kRows, 65535));
       at::Tensor partial =
           at::empty({gy, width}, x.options().dtype(at::toOpMathType(x.scalar_type())));
-      kernel<<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy)), dim3(kCols, kRows), 0,
-               stream>>>(dy.data_ptr<T>(), x.data_ptr<T>(), bias.data_ptr<B>(), dx.data_ptr<T>(),
-                         partial.data_ptr<acc_t>(), rows, row_vecs);
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      launch_dependent(kernel, dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy)),
+                       dim3(kCols, kRows), 0, stream, dy.data_ptr<T>(), x.data_ptr<T>(),
+                       bias.data_ptr<B>(), dx.data_ptr<T>(), partial.data_ptr<acc_t>(), rows,
+                       row_vecs);
       launch_sum_partials(partial.data_ptr<acc_t>(), dbias.data_ptr<B>(), gy, width, width, stream);
     };
     if (vector_path<T, B>(width, {&x, &dy, &dx}, bias)) {

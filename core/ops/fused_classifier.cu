@@ -210,6 +210,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
                               acc_type<scalar_t>* __restrict__ lse,       // (N,)
                               int64_t vocab, int64_t ignore_index) {
   using acc_t = acc_type<scalar_t>;
+  pdl_wait();
+  pdl_trigger();
   const int64_t row = blockIdx.x;
   const scalar_t* x = logits + row * vocab;
   const MaxSum<acc_t> a = block_max_sum(thread_max_sum(x, vocab));
@@ -236,6 +238,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
                                const acc_type<scalar_t>* __restrict__ count,  // () n_valid
                                int64_t vocab, int64_t ignore_index) {
   using acc_t = acc_type<scalar_t>;
+  pdl_wait();
+  pdl_trigger();
   const int64_t row = blockIdx.x;
   const int64_t t = targets[row];
   const bool ignored = t == ignore_index;
@@ -260,6 +264,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
                                    int64_t vocab, int64_t ignore_index) {
   using acc_t = acc_type<scalar_t>;
   __shared__ acc_t row_lse2;
+  pdl_wait();
+  pdl_trigger();
   const int64_t row = blockIdx.x;
   scalar_t* x = logits + row * vocab;
   const int64_t t = targets[row];
@@ -292,6 +298,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
 template <typename T, int kN>
 __global__ void scale_kernel(T* __restrict__ t, int64_t n, const acc_type<T>* __restrict__ scale) {
   using acc_t = acc_type<T>;
+  pdl_wait();
+  pdl_trigger();
   const acc_t k = *scale;
   const int64_t nvec = n / kN;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -327,10 +335,10 @@ std::vector<at::Tensor> fused_classifier_forward_cuda(const at::Tensor& logits,
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, logits.scalar_type(), "fused_classifier_forward_cuda", [&] {
         using acc_t = acc_type<scalar_t>;
-        classifier_forward_kernel<scalar_t><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
-            logits.data_ptr<scalar_t>(), targets.data_ptr<int64_t>(), row_loss.data_ptr<acc_t>(),
-            lse.data_ptr<acc_t>(), vocab, ignore_index);
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
+        launch_dependent(classifier_forward_kernel<scalar_t>, dim3(static_cast<unsigned>(rows)),
+                         dim3(kThreads), 0, stream, logits.data_ptr<scalar_t>(),
+                         targets.data_ptr<int64_t>(), row_loss.data_ptr<acc_t>(),
+                         lse.data_ptr<acc_t>(), vocab, ignore_index);
       });
   return {row_loss, lse};
 }
@@ -346,10 +354,11 @@ void fused_classifier_backward_cuda(const at::Tensor& logits, const at::Tensor& 
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, logits.scalar_type(), "fused_classifier_backward_cuda", [&] {
         using acc_t = acc_type<scalar_t>;
-        classifier_backward_kernel<scalar_t><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
-            logits.data_ptr<scalar_t>(), targets.data_ptr<int64_t>(), lse.data_ptr<acc_t>(),
-            grad_output.data_ptr<acc_t>(), n_valid.data_ptr<acc_t>(), vocab, ignore_index);
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
+        launch_dependent(classifier_backward_kernel<scalar_t>, dim3(static_cast<unsigned>(rows)),
+                         dim3(kThreads), 0, stream, logits.data_ptr<scalar_t>(),
+                         targets.data_ptr<int64_t>(), lse.data_ptr<acc_t>(),
+                         grad_output.data_ptr<acc_t>(), n_valid.data_ptr<acc_t>(), vocab,
+                         ignore_index);
       });
 }
 
@@ -365,11 +374,10 @@ at::Tensor fused_classifier_forward_grad_cuda(const at::Tensor& logits, const at
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, logits.scalar_type(), "fused_classifier_forward_grad_cuda", [&] {
         using acc_t = acc_type<scalar_t>;
-        classifier_forward_grad_kernel<scalar_t>
-            <<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
-                logits.data_ptr<scalar_t>(), targets.data_ptr<int64_t>(),
-                row_loss.data_ptr<acc_t>(), vocab, ignore_index);
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
+        launch_dependent(classifier_forward_grad_kernel<scalar_t>,
+                         dim3(static_cast<unsigned>(rows)), dim3(kThreads), 0, stream,
+                         logits.data_ptr<scalar_t>(), targets.data_ptr<int64_t>(),
+                         row_loss.data_ptr<acc_t>(), vocab, ignore_index);
       });
   return row_loss;
 }
@@ -394,14 +402,8 @@ void scale_cuda_(const at::Tensor& t, const at::Tensor& scale) {
     const auto sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
     const auto grid =
         static_cast<unsigned>(std::min<int64_t>((items + kBlock - 1) / kBlock, int64_t{sms} * 16));
-    if (vec) {
-      scale_kernel<scalar_t, kV>
-          <<<grid, kBlock, 0, stream>>>(t.data_ptr<scalar_t>(), n, scale.data_ptr<acc_t>());
-    } else {
-      scale_kernel<scalar_t, 1>
-          <<<grid, kBlock, 0, stream>>>(t.data_ptr<scalar_t>(), n, scale.data_ptr<acc_t>());
-    }
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    launch_dependent(vec ? scale_kernel<scalar_t, kV> : scale_kernel<scalar_t, 1>, dim3(grid),
+                     dim3(kBlock), 0, stream, t.data_ptr<scalar_t>(), n, scale.data_ptr<acc_t>());
   });
 }
 

@@ -65,6 +65,8 @@ __global__ void __launch_bounds__(kThreads)
   extern __shared__ __align__(16) unsigned char smem[];
   out_t* tile = reinterpret_cast<out_t*>(smem);  // (kTilePixels, C): the tile's NHWC outputs
   const int64_t c_count = kC > 0 ? kC : channels;
+  pdl_wait();
+  pdl_trigger();
 
   const int64_t tiles = (npix + kTilePixels - 1) / kTilePixels;
   for (int64_t tile_idx = blockIdx.x; tile_idx < tiles; tile_idx += gridDim.x) {
@@ -120,6 +122,8 @@ __global__ void __launch_bounds__(kThreads)
                             const float* __restrict__ shift,  // same
                             out_t* __restrict__ out,          // (B, C, H, W)
                             int64_t planes, int64_t channels, int64_t hw, int64_t param_stride) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t vecs = hw / kPixels;  // per plane
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
   for (int64_t plane = blockIdx.y; plane < planes; plane += gridDim.y) {
@@ -149,6 +153,8 @@ __global__ void __launch_bounds__(kThreads)
                                const float* __restrict__ shift,  // same
                                out_t* __restrict__ out,          // NCHW or NHWC
                                int64_t n, int64_t channels, int64_t hw, int64_t param_stride) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride) {
@@ -196,9 +202,8 @@ at::Tensor image_input_cuda(const at::Tensor& x, const at::Tensor& scale, const 
       const int64_t npix = n / channels;
       const int64_t blocks = std::min((npix + kTilePixels - 1) / kTilePixels, sms * 8);
       auto launch = [&](auto kernel) {
-        kernel<<<static_cast<unsigned>(blocks), kThreads, tile_bytes, stream>>>(
-            xp, scale_p, shift_p, outp, npix, channels, hw, param_stride);
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
+        launch_dependent(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), tile_bytes,
+                         stream, xp, scale_p, shift_p, outp, npix, channels, hw, param_stride);
       };
       if (channels == 3) {
         launch(image_input_nhwc_kernel<scalar_t, 3>);
@@ -209,16 +214,14 @@ at::Tensor image_input_cuda(const at::Tensor& x, const at::Tensor& scale, const 
       const int64_t planes = n / hw;
       const int64_t gx = std::min((hw / kPixels + kThreads - 1) / kThreads, sms * 16);
       const int64_t gy = std::min<int64_t>(planes, 65535);
-      image_input_nchw_kernel<scalar_t>
-          <<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy)), kThreads, 0, stream>>>(
-              xp, scale_p, shift_p, outp, planes, channels, hw, param_stride);
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      launch_dependent(image_input_nchw_kernel<scalar_t>,
+                       dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy)), dim3(kThreads),
+                       0, stream, xp, scale_p, shift_p, outp, planes, channels, hw, param_stride);
     } else {
       const int64_t blocks = std::min((n + kThreads - 1) / kThreads, sms * 16);
       auto launch = [&](auto kernel) {
-        kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-            xp, scale_p, shift_p, outp, n, channels, hw, param_stride);
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
+        launch_dependent(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0, stream, xp,
+                         scale_p, shift_p, outp, n, channels, hw, param_stride);
       };
       if (channels_last) {
         launch(image_input_element_kernel<scalar_t, true>);

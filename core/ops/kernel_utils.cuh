@@ -128,14 +128,23 @@ inline bool runs_sm90_code(const void* kernel, int device) {
              at::cuda::getDeviceProperties(device)->major >= 9 && attrs.binaryVersion >= 90;
 }
 
-/// Programmatic dependent launch (sm_90 and later): a kernel whose partials sum_partials_kernel
-/// adds calls pdl_trigger() at its start, so that once all its blocks run, the sum's launch and
-/// block start-up proceed during its tail; sum_partials_kernel's pdl_wait() then holds until the
-/// first kernel has finished and its writes are visible. Both are no-ops before sm_90, and
-/// pdl_wait() returns at once when the launch did not ask for the overlap. The launch asks for it
-/// only where the sum runs its sm_90 code: without the wait, the partials' writes need not be
-/// visible when it starts. column_sum's one-launch kernel does both: it triggers at its start and
-/// waits before its first load (linear_bias.cu).
+/// Programmatic dependent launch (sm_90 and later). Every kernel of the fused ops is launched as a
+/// dependent launch (launch_dependent below, or column_sum's cluster launch) and starts with
+///   pdl_wait();     // until the kernel before it has finished and its writes are visible
+///   pdl_trigger();  // a dependent launch after this kernel may start once all its blocks got here
+/// so that its launch, block placement and start-up proceed while the kernel before it runs (a
+/// cuBLAS GEMM, mostly, in GPT's step), and the next kernel's while it runs. Nothing reads or
+/// writes global memory before pdl_wait(), and no block leaves before it: the kernel finishes only
+/// after the one before it, so a plain launch after it (an ATen kernel, a copy, an event) still
+/// sees everything before it done. The trigger comes after the wait, not before: triggered at the
+/// start, a chain of dependent launches (column sum, sum_partials, column sum, ...) runs ahead,
+/// each placing its blocks while the one before it still waits, and the waiting blocks hold the
+/// SMs' shared memory and warps from the kernel that runs (measured: 10-22 us more per call of a
+/// LayerNorm backward and its sum, bench/RESULTS.md section 6, update 13). After the wait, at
+/// most the next kernel is placed early. (column_sum's one-launch cluster kernel sets up its
+/// mbarriers before the wait.) Both are no-ops before sm_90, and pdl_wait() returns at once when
+/// the launch did not ask for the overlap. The launch asks for it only where the kernel runs its
+/// sm_90 code: a kernel JIT-compiled from older PTX has no wait, and the overlap would be a race.
 __device__ __forceinline__ void pdl_trigger() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
@@ -145,6 +154,26 @@ __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
+}
+
+/// Host side: kernel<<<grid, block, smem, stream>>>(args...) as a programmatic dependent launch
+/// where the kernel runs its sm_90 code (see pdl_trigger), a plain launch elsewhere; checked.
+template <typename... Params, typename... Args>
+void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                      cudaStream_t stream, Args&&... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute overlap{};
+  overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  overlap.val.programmaticStreamSerializationAllowed = 1;
+  if (runs_sm90_code(reinterpret_cast<const void*>(kernel), c10::cuda::current_device())) {
+    config.attrs = &overlap;
+    config.numAttrs = 1;
+  }
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
 }
 
 /// Where the second stage of a two-stage column sum writes: column c goes to
@@ -175,6 +204,7 @@ __global__ void __launch_bounds__(kSumCols* kSumLanes)
                         int64_t ncols, int64_t stride) {
   __shared__ acc_t lane_sum[kSumLanes][kSumCols];
   pdl_wait();  // the partials are complete from here on
+  pdl_trigger();
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kSumCols + threadIdx.x;
   acc_t t = 0;
   if (c < ncols) {
@@ -197,19 +227,9 @@ __global__ void __launch_bounds__(kSumCols* kSumLanes)
 template <typename acc_t, typename out_t>
 void launch_sum_partials(const acc_t* partial, SumOutputs<out_t> outs, int64_t nparts,
                          int64_t ncols, int64_t stride, cudaStream_t stream) {
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>((ncols + kSumCols - 1) / kSumCols));
-  config.blockDim = dim3(kSumCols, kSumLanes);
-  config.stream = stream;
-  cudaLaunchAttribute overlap{};  // programmatic dependent launch, see pdl_trigger
-  overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  overlap.val.programmaticStreamSerializationAllowed = 1;
-  const auto kernel = sum_partials_kernel<acc_t, out_t>;
-  if (runs_sm90_code(reinterpret_cast<const void*>(kernel), c10::cuda::current_device())) {
-    config.attrs = &overlap;
-    config.numAttrs = 1;
-  }
-  C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, partial, outs, nparts, ncols, stride));
+  launch_dependent(sum_partials_kernel<acc_t, out_t>,
+                   dim3(static_cast<unsigned>((ncols + kSumCols - 1) / kSumCols)),
+                   dim3(kSumCols, kSumLanes), 0, stream, partial, outs, nparts, ncols, stride);
 }
 
 /// The same into one output of ncols columns.

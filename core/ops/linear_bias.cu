@@ -6,10 +6,10 @@
 // memory (stores from the other blocks through distributed shared memory): no partials in global
 // memory and no second launch. Launched as a programmatic dependent launch, so that its start-up
 // overlaps the end of the kernel before it (0.3-0.5 us of 11.8 a call on an H100).
-// Two launches otherwise: a grid x over slabs of 32 * kV columns, y over chunks of rows, sized so
-// that about 4 blocks an SM run at once, writes (chunks, C) float partials, and
-// sum_partials_kernel adds them (3 slabs x 176 chunks of 94 rows at 16384 x 768 bf16).
-// Bound by memory: the gradient is read once with 16-byte loads.
+// Two launches otherwise, dependent launches too (see kernel_utils.cuh): a grid x over slabs of
+// 32 * kV columns, y over chunks of rows, sized so that about 4 blocks an SM run at once, writes
+// (chunks, C) float partials, and sum_partials_kernel adds them (3 slabs x 176 chunks of 94 rows
+// at 16384 x 768 bf16). Bound by memory: the gradient is read once with 16-byte loads.
 #include <ATen/Dispatch.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
@@ -41,6 +41,7 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
                            int64_t rows, int64_t cols, int64_t rows_per_chunk) {
   using acc_t = acc_type<T>;
   __shared__ acc_t warp_sums[kWarps][kWarpSize * kV];
+  pdl_wait();
   pdl_trigger();
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int64_t col = (static_cast<int64_t>(blockIdx.x) * kWarpSize + lane) * kV;
@@ -101,7 +102,6 @@ __global__ void __launch_bounds__(kClusterWarps* kWarpSize)
   namespace ptx = cuda::ptx;
   const cg::cluster_group cluster = cg::this_cluster();
   const auto rank = static_cast<int>(cluster.block_rank());
-  pdl_trigger();
   if (rank == 0 && threadIdx.x == 0) {
     ptx::mbarrier_init(&landed, 1);
     ptx::fence_mbarrier_init(ptx::sem_release, ptx::scope_cluster);
@@ -109,6 +109,7 @@ __global__ void __launch_bounds__(kClusterWarps* kWarpSize)
   // Waited for only before the stores: by then rank 0 has started and set up its barrier.
   ptx::barrier_cluster_arrive(ptx::sem_relaxed);
   pdl_wait();  // t is complete (and out free to write) from here on
+  pdl_trigger();
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int row_lane = lane / kColLanes, col_lane = lane % kColLanes;
   const int64_t col = static_cast<int64_t>(blockIdx.x) * kSlab + col_lane * kV;
@@ -180,7 +181,7 @@ __global__ void __launch_bounds__(kClusterWarps* kWarpSize)
 // A launch of column_sum_cluster_kernel: `slabs` clusters of kClusterBlocks blocks, with
 // `overlap`, a programmatic dependent launch: its blocks are placed and run their prologue while
 // the kernel before it finishes (once that one's blocks have all triggered or exited), and wait in
-// pdl_wait() before their first load. The kernel itself triggers at its start, so a dependent
+// pdl_wait() before their first load. The kernel itself triggers once past its wait, so a dependent
 // launch after it (sum_partials, another column sum) starts the same way.
 struct ClusterLaunch {
   cudaLaunchAttribute attrs[2]{};
@@ -265,10 +266,9 @@ at::Tensor column_sum_cuda(const at::Tensor& t, bool one_launch) {
       const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
       at::Tensor partial =
           at::empty({chunks, cols}, t.options().dtype(c10::CppTypeToScalarType<acc_t>::value));
-      kernel<<<dim3(static_cast<unsigned>(slabs), static_cast<unsigned>(chunks)),
-               kWarps * kWarpSize, 0, stream>>>(t.data_ptr<T>(), partial.data_ptr<acc_t>(), rows,
-                                                cols, rows_per_chunk);
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      launch_dependent(kernel, dim3(static_cast<unsigned>(slabs), static_cast<unsigned>(chunks)),
+                       dim3(kWarps * kWarpSize), 0, stream, t.data_ptr<T>(),
+                       partial.data_ptr<acc_t>(), rows, cols, rows_per_chunk);
       launch_sum_partials(partial.data_ptr<acc_t>(), out.data_ptr<T>(), chunks, cols, cols, stream);
     };
     if (const int64_t slabs = one_launch ? cluster_slabs<T>(t) : 0; slabs > 0) {

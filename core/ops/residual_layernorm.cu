@@ -73,6 +73,8 @@ __global__ void __launch_bounds__(kFwdWarps* kWarpSize)
                       acc_type<T>* __restrict__ rstd_out,      // (N,)
                       int64_t rows, int64_t channels, acc_type<T> eps) {
   using acc_t = acc_type<T>;
+  pdl_wait();
+  pdl_trigger();
   const int lane = threadIdx.x % kWarpSize;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kFwdWarps + threadIdx.x / kWarpSize;
   if (row >= rows) return;  // whole warps leave: no barrier below
@@ -196,6 +198,7 @@ __global__ void __launch_bounds__(kBwdMaxWarps* kWarpSize, kDxRegs > 0 ? 4 : 1)
                        int64_t rows, int64_t channels, int64_t slice, int sums) {
   using acc_t = acc_type<T>;
   extern __shared__ __align__(16) unsigned char smem[];
+  pdl_wait();
   pdl_trigger();
   const int warps = blockDim.x / kWarpSize;
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
@@ -360,12 +363,12 @@ std::vector<at::Tensor> residual_layernorm_forward_cuda(
       dispatch_x<T>(x.scalar_type(), [&](auto tag) {
         using X = typename decltype(tag)::type;
         auto launch = [&](auto kernel) {
-          kernel<<<blocks, kFwdWarps * kWarpSize, 0, stream>>>(
-              residual.data_ptr<T>(), x.data_ptr<X>(), weight.data_ptr<acc_t>(),
-              bias.data_ptr<acc_t>(), x_bias.defined() ? x_bias.data_ptr<acc_t>() : nullptr,
-              h.data_ptr<T>(), y.data_ptr<out_t>(), mean.data_ptr<acc_t>(), rstd.data_ptr<acc_t>(),
-              rows, channels, static_cast<acc_t>(eps));
-          C10_CUDA_KERNEL_LAUNCH_CHECK();
+          launch_dependent(kernel, dim3(blocks), dim3(kFwdWarps * kWarpSize), 0, stream,
+                           residual.data_ptr<T>(), x.data_ptr<X>(), weight.data_ptr<acc_t>(),
+                           bias.data_ptr<acc_t>(),
+                           x_bias.defined() ? x_bias.data_ptr<acc_t>() : nullptr, h.data_ptr<T>(),
+                           y.data_ptr<out_t>(), mean.data_ptr<acc_t>(), rstd.data_ptr<acc_t>(),
+                           rows, channels, static_cast<acc_t>(eps));
         };
         constexpr int kV = kVec16<T>;
         if (!vector_path<T, X, out_t>(channels, {&residual, &h}, x, y, weight) ||
@@ -448,13 +451,13 @@ std::vector<at::Tensor> residual_layernorm_backward_cuda(
                   const int64_t blocks = std::min<int64_t>((rows + warps - 1) / warps,
                                                            int64_t{std::max(per_sm, 1)} * sms);
                   at::Tensor partial = at::empty({blocks, sums, channels}, weight.options());
-                  kernel<<<static_cast<unsigned>(blocks), warps * kWarpSize, smem, stream>>>(
-                      dy.data_ptr<out_t>(),
+                  launch_dependent(
+                      kernel, dim3(static_cast<unsigned>(blocks)), dim3(warps * kWarpSize), smem,
+                      stream, dy.data_ptr<out_t>(),
                       d_new_residual.defined() ? d_new_residual.data_ptr<T>() : nullptr,
                       new_residual.data_ptr<T>(), weight.data_ptr<acc_t>(), mean.data_ptr<acc_t>(),
                       rstd.data_ptr<acc_t>(), dh.data_ptr<T>(), own_dx ? dx.data_ptr<X>() : nullptr,
                       partial.data_ptr<acc_t>(), rows, channels, slice, sums);
-                  C10_CUDA_KERNEL_LAUNCH_CHECK();
                   // dweight, dbias (and d x_bias), side by side in each block's row: one launch.
                   const SumOutputs<acc_t> outs{{dweight.data_ptr<acc_t>(), dbias.data_ptr<acc_t>(),
                                                 x_bias_grad ? dx_bias.data_ptr<acc_t>() : nullptr},
