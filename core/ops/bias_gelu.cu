@@ -84,8 +84,7 @@ __global__ void __launch_bounds__(kThreads)
                              T* __restrict__ y,           // (N, D)
                              int64_t nvec, int64_t row_vecs) {
   using acc_t = acc_type<T>;
-  pdl_wait();
-  pdl_trigger();
+  pdl_begin();
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < nvec;
        i += stride) {
@@ -112,8 +111,7 @@ __global__ void __launch_bounds__(kCols* kRows)
   using acc_t = acc_type<T>;
   // [row lane][element][column lane]: a warp's 32 lanes touch 32 consecutive words.
   __shared__ acc_t lane_sum[kRows][kV][kCols];
-  pdl_wait();
-  pdl_trigger();
+  pdl_begin();
   const int64_t j = static_cast<int64_t>(blockIdx.x) * kCols + threadIdx.x;  // column vector
   const int64_t width = row_vecs * kV;
   acc_t sum[kV];

@@ -210,8 +210,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
                               acc_type<scalar_t>* __restrict__ lse,       // (N,)
                               int64_t vocab, int64_t ignore_index) {
   using acc_t = acc_type<scalar_t>;
-  pdl_wait();
-  pdl_trigger();
+  pdl_begin();
   const int64_t row = blockIdx.x;
   const scalar_t* x = logits + row * vocab;
   const MaxSum<acc_t> a = block_max_sum(thread_max_sum(x, vocab));
@@ -238,8 +237,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
                                const acc_type<scalar_t>* __restrict__ count,  // () n_valid
                                int64_t vocab, int64_t ignore_index) {
   using acc_t = acc_type<scalar_t>;
-  pdl_wait();
-  pdl_trigger();
+  pdl_begin();
   const int64_t row = blockIdx.x;
   const int64_t t = targets[row];
   const bool ignored = t == ignore_index;
@@ -264,8 +262,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
                                    int64_t vocab, int64_t ignore_index) {
   using acc_t = acc_type<scalar_t>;
   __shared__ acc_t row_lse2;
-  pdl_wait();
-  pdl_trigger();
+  pdl_begin();
   const int64_t row = blockIdx.x;
   scalar_t* x = logits + row * vocab;
   const int64_t t = targets[row];
@@ -298,8 +295,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
 template <typename T, int kN>
 __global__ void scale_kernel(T* __restrict__ t, int64_t n, const acc_type<T>* __restrict__ scale) {
   using acc_t = acc_type<T>;
-  pdl_wait();
-  pdl_trigger();
+  pdl_begin();
   const acc_t k = *scale;
   const int64_t nvec = n / kN;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;

@@ -65,8 +65,7 @@ __global__ void __launch_bounds__(kThreads)
   extern __shared__ __align__(16) unsigned char smem[];
   out_t* tile = reinterpret_cast<out_t*>(smem);  // (kTilePixels, C): the tile's NHWC outputs
   const int64_t c_count = kC > 0 ? kC : channels;
-  pdl_wait();
-  pdl_trigger();
+  pdl_begin();
 
   const int64_t tiles = (npix + kTilePixels - 1) / kTilePixels;
   for (int64_t tile_idx = blockIdx.x; tile_idx < tiles; tile_idx += gridDim.x) {
@@ -122,8 +121,7 @@ __global__ void __launch_bounds__(kThreads)
                             const float* __restrict__ shift,  // same
                             out_t* __restrict__ out,          // (B, C, H, W)
                             int64_t planes, int64_t channels, int64_t hw, int64_t param_stride) {
-  pdl_wait();
-  pdl_trigger();
+  pdl_begin();
   const int64_t vecs = hw / kPixels;  // per plane
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
   for (int64_t plane = blockIdx.y; plane < planes; plane += gridDim.y) {
@@ -153,8 +151,7 @@ __global__ void __launch_bounds__(kThreads)
                                const float* __restrict__ shift,  // same
                                out_t* __restrict__ out,          // NCHW or NHWC
                                int64_t n, int64_t channels, int64_t hw, int64_t param_stride) {
-  pdl_wait();
-  pdl_trigger();
+  pdl_begin();
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride) {

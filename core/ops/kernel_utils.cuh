@@ -130,34 +130,39 @@ inline bool runs_sm90_code(const void* kernel, int device) {
 
 /// Programmatic dependent launch (sm_90 and later). Every kernel of the fused ops is launched as a
 /// dependent launch (launch_dependent below, or column_sum's cluster launch) and starts with
-///   pdl_wait();     // until the kernel before it has finished and its writes are visible
-///   pdl_trigger();  // a dependent launch after this kernel may start once all its blocks got here
-/// so that its launch, block placement and start-up proceed while the kernel before it runs (a
-/// cuBLAS GEMM, mostly, in GPT's step), and the next kernel's while it runs. Nothing reads or
-/// writes global memory before pdl_wait(), and no block leaves before it: the kernel finishes only
-/// after the one before it, so a plain launch after it (an ATen kernel, a copy, an event) still
-/// sees everything before it done. The trigger comes after the wait, not before: triggered at the
-/// start, a chain of dependent launches (column sum, sum_partials, column sum, ...) runs ahead,
-/// each placing its blocks while the one before it still waits, and the waiting blocks hold the
-/// SMs' shared memory and warps from the kernel that runs (measured: 10-22 us more per call of a
-/// LayerNorm backward and its sum, bench/RESULTS.md section 6, update 13). After the wait, at
-/// most the next kernel is placed early. (column_sum's one-launch cluster kernel sets up its
-/// mbarriers before the wait.) Both are no-ops before sm_90, and pdl_wait() returns at once when
-/// the launch did not ask for the overlap. The launch asks for it only where the kernel runs its
-/// sm_90 code: a kernel JIT-compiled from older PTX has no wait, and the overlap would be a race.
-__device__ __forceinline__ void pdl_trigger() {
+/// pdl_begin(): it waits until the kernel before it has finished and its writes are visible, then
+/// lets a dependent launch after it start once all its blocks got that far. So its launch, block
+/// placement and start-up proceed while the kernel before it runs (a cuBLAS GEMM, mostly, in
+/// GPT's step), and the next kernel's while it runs. Nothing reads or writes global memory before
+/// pdl_begin(), and no block leaves before it: the kernel finishes only after the one before it,
+/// so a plain launch after it (an ATen kernel, a copy, an event) still sees everything before it
+/// done. The wait comes before the trigger: triggered at the start, a chain of dependent launches
+/// (column sum, sum_partials, column sum, ...) runs ahead, each placing its blocks while the one
+/// before it still waits, and the waiting blocks hold the SMs' shared memory and warps from the
+/// kernel that runs (measured: 10-22 us more per call of a LayerNorm backward and its sum,
+/// bench/RESULTS.md section 6, update 13). After the wait, at most the next kernel is placed
+/// early. (column_sum's one-launch cluster kernel sets up its mbarriers before it.) A no-op
+/// before sm_90; the wait returns at once when the launch did not ask for the overlap. The launch
+/// asks for it only where the kernel runs its sm_90 code: a kernel JIT-compiled from older PTX
+/// has no wait, and the overlap would be a race.
+__device__ __forceinline__ void pdl_begin() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
-__device__ __forceinline__ void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
+
+/// The launch attribute that makes a launch a programmatic dependent one (see pdl_begin); only
+/// for a kernel that runs its sm_90 code.
+inline cudaLaunchAttribute programmatic_serialization() {
+  cudaLaunchAttribute overlap{};
+  overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  overlap.val.programmaticStreamSerializationAllowed = 1;
+  return overlap;
 }
 
 /// Host side: kernel<<<grid, block, smem, stream>>>(args...) as a programmatic dependent launch
-/// where the kernel runs its sm_90 code (see pdl_trigger), a plain launch elsewhere; checked.
+/// where the kernel runs its sm_90 code (see pdl_begin), a plain launch elsewhere; checked.
 template <typename... Params, typename... Args>
 void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
                       cudaStream_t stream, Args&&... args) {
@@ -166,9 +171,7 @@ void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t s
   config.blockDim = block;
   config.dynamicSmemBytes = smem;
   config.stream = stream;
-  cudaLaunchAttribute overlap{};
-  overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  overlap.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute overlap = programmatic_serialization();
   if (runs_sm90_code(reinterpret_cast<const void*>(kernel), c10::cuda::current_device())) {
     config.attrs = &overlap;
     config.numAttrs = 1;
@@ -203,8 +206,7 @@ __global__ void __launch_bounds__(kSumCols* kSumLanes)
     sum_partials_kernel(const acc_t* __restrict__ partial, SumOutputs<out_t> outs, int64_t nparts,
                         int64_t ncols, int64_t stride) {
   __shared__ acc_t lane_sum[kSumLanes][kSumCols];
-  pdl_wait();  // the partials are complete from here on
-  pdl_trigger();
+  pdl_begin();  // the partials are complete from here on
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kSumCols + threadIdx.x;
   acc_t t = 0;
   if (c < ncols) {

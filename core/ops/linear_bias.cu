@@ -41,8 +41,7 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
                            int64_t rows, int64_t cols, int64_t rows_per_chunk) {
   using acc_t = acc_type<T>;
   __shared__ acc_t warp_sums[kWarps][kWarpSize * kV];
-  pdl_wait();
-  pdl_trigger();
+  pdl_begin();
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int64_t col = (static_cast<int64_t>(blockIdx.x) * kWarpSize + lane) * kV;
   const int64_t begin = static_cast<int64_t>(blockIdx.y) * rows_per_chunk;
@@ -108,8 +107,7 @@ __global__ void __launch_bounds__(kClusterWarps* kWarpSize)
   }
   // Waited for only before the stores: by then rank 0 has started and set up its barrier.
   ptx::barrier_cluster_arrive(ptx::sem_relaxed);
-  pdl_wait();  // t is complete (and out free to write) from here on
-  pdl_trigger();
+  pdl_begin();  // t is complete (and out free to write) from here on
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int row_lane = lane / kColLanes, col_lane = lane % kColLanes;
   const int64_t col = static_cast<int64_t>(blockIdx.x) * kSlab + col_lane * kV;
@@ -181,7 +179,7 @@ __global__ void __launch_bounds__(kClusterWarps* kWarpSize)
 // A launch of column_sum_cluster_kernel: `slabs` clusters of kClusterBlocks blocks, with
 // `overlap`, a programmatic dependent launch: its blocks are placed and run their prologue while
 // the kernel before it finishes (once that one's blocks have all triggered or exited), and wait in
-// pdl_wait() before their first load. The kernel itself triggers once past its wait, so a dependent
+// pdl_begin() before their first load. The kernel itself triggers once past its wait, so a dependent
 // launch after it (sum_partials, another column sum) starts the same way.
 struct ClusterLaunch {
   cudaLaunchAttribute attrs[2]{};
@@ -191,8 +189,7 @@ struct ClusterLaunch {
     attrs[0].val.clusterDim.x = 1;
     attrs[0].val.clusterDim.y = kClusterBlocks;
     attrs[0].val.clusterDim.z = 1;
-    attrs[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attrs[1].val.programmaticStreamSerializationAllowed = 1;
+    attrs[1] = programmatic_serialization();
     config.gridDim = dim3(static_cast<unsigned>(slabs), kClusterBlocks);
     config.blockDim = dim3(kClusterWarps * kWarpSize);
     config.stream = stream;

@@ -73,8 +73,7 @@ __global__ void __launch_bounds__(kFwdWarps* kWarpSize)
                       acc_type<T>* __restrict__ rstd_out,      // (N,)
                       int64_t rows, int64_t channels, acc_type<T> eps) {
   using acc_t = acc_type<T>;
-  pdl_wait();
-  pdl_trigger();
+  pdl_begin();
   const int lane = threadIdx.x % kWarpSize;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kFwdWarps + threadIdx.x / kWarpSize;
   if (row >= rows) return;  // whole warps leave: no barrier below
@@ -198,8 +197,7 @@ __global__ void __launch_bounds__(kBwdMaxWarps* kWarpSize, kDxRegs > 0 ? 4 : 1)
                        int64_t rows, int64_t channels, int64_t slice, int sums) {
   using acc_t = acc_type<T>;
   extern __shared__ __align__(16) unsigned char smem[];
-  pdl_wait();
-  pdl_trigger();
+  pdl_begin();
   const int warps = blockDim.x / kWarpSize;
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int slices = kDxRegs > 0 ? 2 : sums;  // in shared memory, a warp
