@@ -320,6 +320,10 @@ struct TrainOptions {
   /// whose step can be captured; a step that cannot be runs eagerly with one warning), `true`
   /// (a step that cannot be captured stops the run with its cause), `false`.
   std::string cuda_graph = "auto";
+  /// Bitwise-reproducible runs: the same config, seed and device give the same losses and weights
+  /// (core/determinism.h). Costs speed where a fast kernel is not reproducible (GPT-2's attention
+  /// backward: `model.attention: auto` then takes flash's deterministic variant).
+  bool deterministic = false;
   /// Steps between log lines / metric records (the only steps that read values from the GPU).
   int64_t log_every = 10;
   /// Steps between evaluations; 0 = only at the end.

@@ -155,6 +155,8 @@ std::vector<Field> make_config_fields() {
       BRRR_CFG(train.precision, R.one_of({"fp32", "tf32", "bf16", "fp16"}), "Precision policy."),
       BRRR_CFG(train.cuda_graph, R.one_of({"auto", "true", "false"}),
                "Replay each optimizer step as one CUDA graph: auto (CUDA, when capturable)."),
+      BRRR_CFG(train.deterministic, R,
+               "Bitwise-reproducible runs: deterministic algorithms only (slower)."),
       BRRR_CFG(train.log_every, R.ge(1), "Steps between metric records."),
       BRRR_CFG(train.eval_every, R.ge(0), "Steps between evaluations; 0 = only at the end."),
       BRRR_CFG(train.eval_batches, R.ge(0), "Batches per evaluation; 0 = all."),

@@ -4,6 +4,7 @@
 #include <ATen/Context.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
+#include "core/determinism.h"
 #include "core/device_info.h"
 #include "core/error.h"
 
@@ -39,13 +40,22 @@ AttentionBackend resolve_attention_backend(AttentionBackend requested, const c10
                                            at::ScalarType dtype) {
   const bool half = dtype == at::kBFloat16 || dtype == at::kHalf;
   if (!device.is_cuda()) return AttentionBackend::kAuto;  // the CPU: ATen chooses
+  const bool reproducible = deterministic();
   if (requested == AttentionBackend::kAuto) {
+    if (!half) return AttentionBackend::kAuto;
+    if (reproducible) return AttentionBackend::kFlash;
     const int index = device.has_index() ? device.index() : 0;
-    return half && detail::cuda_compute_capability_major(index) >= 9 ? AttentionBackend::kCudnn
-                                                                     : AttentionBackend::kAuto;
+    return detail::cuda_compute_capability_major(index) >= 9 ? AttentionBackend::kCudnn
+                                                             : AttentionBackend::kAuto;
   }
   if ((requested == AttentionBackend::kFlash || requested == AttentionBackend::kCudnn) && !half) {
     return AttentionBackend::kAuto;
+  }
+  if (requested == AttentionBackend::kCudnn && reproducible) {
+    throw ConfigError(
+        "model.attention: cudnn's backward is not reproducible run to run, and "
+        "train.deterministic is true; use auto (flash's deterministic backward), flash, "
+        "efficient or math");
   }
   return requested;
 }

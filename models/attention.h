@@ -6,7 +6,10 @@
 //   efficient  at::_scaled_dot_product_efficient_attention (memory-efficient, xFormers')
 //   math       at::_scaled_dot_product_attention_math (the unfused composition)
 //   auto       cudnn for bf16/fp16 on compute capability 9.0+ (measured fastest there:
-//              bench/RESULTS.md), otherwise at::scaled_dot_product_attention's own choice.
+//              bench/RESULTS.md), otherwise at::scaled_dot_product_attention's own choice;
+//              flash for bf16/fp16 under set_deterministic(true) (core/determinism.h), where
+//              ATen runs flash's backward in a fixed order (and cudnn is refused: its backward
+//              is not reproducible).
 // A named fused backend runs only where it can (CUDA, bf16/fp16 inputs for flash and cudnn);
 // elsewhere (the CPU, fp32 inputs) at::scaled_dot_product_attention chooses, so a config that
 // names a backend still runs on a CPU. All of them have ATen's backward.

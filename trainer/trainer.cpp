@@ -9,6 +9,7 @@
 #include <chrono>
 #include <filesystem>
 
+#include "core/determinism.h"
 #include "core/device.h"
 #include "core/device_info.h"
 #include "core/error.h"
@@ -262,10 +263,12 @@ void Trainer::setup() {
   if (!dist_) join_data_parallel();
   if (config_.run.num_threads > 0) at::set_num_threads(static_cast<int>(config_.run.num_threads));
   precision_ = parse_precision(config_.train.precision);
+  set_deterministic(config_.train.deterministic);
   if (device_.is_cuda()) {
     set_tf32(precision_ != Precision::kFP32);
-    // Input shapes are fixed per run (fixed-size batch slots), so cuDNN's autotuner pays off.
-    at::globalContext().setBenchmarkCuDNN(true);
+    // Input shapes are fixed per run (fixed-size batch slots), so cuDNN's autotuner pays off;
+    // its choice rests on timings, which differ run to run, so not in a deterministic run.
+    at::globalContext().setBenchmarkCuDNN(!config_.train.deterministic);
   }
   torch::manual_seed(static_cast<uint64_t>(config_.run.seed));
 
@@ -467,7 +470,8 @@ std::string Trainer::plan() {
   std::string s;
   s += fmt::format("run         {} -> {}\n", config_.run.name, run_dir_);
   s += fmt::format("device      {} ({})\n", device_.str(), device_name(device_));
-  s += fmt::format("precision   {}\n", t.precision);
+  s += fmt::format("precision   {}{}\n", t.precision,
+                   t.deterministic ? "; deterministic algorithms only (train.deterministic)" : "");
   s += fmt::format("model       {}{}\n", model_->describe(),
                    channels_last_ ? " [channels-last]" : "");
   s += fmt::format("ops         {}\n", ops_plan());

@@ -12,6 +12,9 @@
 #include <utility>
 #include <vector>
 
+#include "core/determinism.h"
+#include "core/error.h"
+#include "models/attention.h"
 #include "models/state_dict.h"
 #include "tests/models/golden_test_util.h"
 
@@ -294,6 +297,76 @@ TEST(GptTest, CudaHeadInChunksMatchesOneChunk) {
       const double rel = (g - ref).norm().item<double>() / (ref.norm().item<double>() + 1e-12);
       EXPECT_LT(rel, 1e-2) << "grad of " << p.key();
     }
+  }
+}
+
+// Turns set_deterministic on for a scope and off after it (process-wide state).
+struct DeterministicScope {
+  DeterministicScope() { set_deterministic(true); }
+  ~DeterministicScope() { set_deterministic(false); }
+  DeterministicScope(const DeterministicScope&) = delete;
+  DeterministicScope& operator=(const DeterministicScope&) = delete;
+};
+
+// train.deterministic on the GPU: a fused GPT training step (bf16 autocast, the head+loss op, the
+// fused kernels, the attention backend that auto resolves to, embedding backward) gives the same
+// gradients bit for bit every time. T = 512 with 64 per head: every attention backward has several
+// key blocks to add across (where the default flash, cuDNN and memory-efficient kernels accumulate
+// in arrival order: bench/RESULTS.md section 6, update 14).
+TEST(GptTest, CudaDeterministicTrainingStepIsReproducibleBitForBit) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const DeterministicScope deterministic;
+  auto o = gpt_options(2, 4, 256, 512, 1000);
+  o.fused = "auto";
+  const at::Tensor tokens = torch::randint(0, 1000, {8, 512}, at::kLong).to(torch::kCUDA);
+  const at::Tensor targets = torch::randint(0, 1000, {8, 512}, at::kLong).to(torch::kCUDA);
+  for (const char* backend : {"auto", "flash", "efficient", "math"}) {
+    SCOPED_TRACE(std::string("model.attention ") + backend);
+    o.attention = backend;
+    torch::manual_seed(8);
+    Gpt m(o);
+    m.to(torch::kCUDA);
+    auto grads = [&] {
+      m.zero_grad();
+      at::autocast::set_autocast_enabled(at::kCUDA, true);
+      at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+      const at::Tensor loss = m.language_model_loss(tokens, targets, /*fused=*/true);
+      at::autocast::set_autocast_enabled(at::kCUDA, false);
+      at::autocast::clear_cache();
+      loss.backward();
+      std::vector<at::Tensor> g;
+      for (const auto& p : m.parameters()) g.push_back(p.grad().clone());
+      return g;
+    };
+    const std::vector<at::Tensor> first = grads();
+    for (int repeat = 1; repeat <= 3; ++repeat) {
+      const std::vector<at::Tensor> again = grads();
+      ASSERT_EQ(again.size(), first.size());
+      for (size_t i = 0; i < first.size(); ++i) {
+        EXPECT_TRUE(at::equal(again[i], first[i])) << "parameter " << i << ", repeat " << repeat;
+      }
+    }
+  }
+}
+
+TEST(GptTest, CudaDeterministicAttentionResolvesToFlashAndRefusesCudnn) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const c10::Device cuda(c10::kCUDA, 0);
+  EXPECT_EQ(resolve_attention_backend(AttentionBackend::kCudnn, cuda, at::kBFloat16),
+            AttentionBackend::kCudnn);
+  const DeterministicScope deterministic;
+  EXPECT_EQ(resolve_attention_backend(AttentionBackend::kAuto, cuda, at::kBFloat16),
+            AttentionBackend::kFlash);
+  EXPECT_EQ(resolve_attention_backend(AttentionBackend::kAuto, cuda, at::kFloat),
+            AttentionBackend::kAuto);  // fp32: ATen's own (deterministic) choice
+  EXPECT_EQ(resolve_attention_backend(AttentionBackend::kEfficient, cuda, at::kBFloat16),
+            AttentionBackend::kEfficient);
+  try {
+    resolve_attention_backend(AttentionBackend::kCudnn, cuda, at::kBFloat16);
+    FAIL() << "cudnn attention accepted under train.deterministic";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.attention: cudnn"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("train.deterministic"), std::string::npos) << e.what();
   }
 }
 

@@ -1,7 +1,7 @@
 // Trainer properties on CPU: accumulation equals a large batch, resume equals an uninterrupted run
-// (also across an epoch boundary and with worker processes), bf16 autocast trains, a NaN loss stops
-// the run naming the step, early stopping, EMA evaluation, checkpoints written, uint8 images
-// normalised into the autocast dtype.
+// (also across an epoch boundary and with worker processes), train.deterministic applied at setup,
+// bf16 autocast trains, a NaN loss stops the run naming the step, early stopping, EMA evaluation,
+// checkpoints written, uint8 images normalised into the autocast dtype.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "core/config.h"
+#include "core/determinism.h"
 #include "core/device_info.h"
 #include "core/error.h"
 #include "core/ops/image_input.h"
@@ -97,6 +98,25 @@ TEST(TrainerTest, ResumeAcrossAnEpochBoundaryWithWorkers) {
   // 48 examples / batch 16 = 3 batches per epoch: the interruption at step 5 is mid-epoch 1 and
   // the resumed run crosses into epochs 2 and 3.
   expect_resume_identical(config, 5, 48);
+}
+
+// train.deterministic is the process's setting from setup on, and a run without it turns it off
+// again; on the CPU (deterministic already) the losses are the same either way.
+TEST(TrainerTest, DeterministicIsAppliedAtSetupAndUndoneByTheNextRun) {
+  ExperimentConfig config = base_config(temp_dir("deterministic"));
+  config.train.max_steps = 4;
+  config.train.deterministic = true;
+  BlobTrainer on(config);
+  EXPECT_NE(on.plan().find("precision   fp32; deterministic algorithms only"), std::string::npos)
+      << on.plan();
+  on.fit();
+  EXPECT_TRUE(deterministic());
+  config.train.deterministic = false;
+  config.run.name = "off";
+  BlobTrainer off(config);
+  off.fit();
+  EXPECT_FALSE(deterministic());
+  EXPECT_EQ(train_losses(on), train_losses(off));
 }
 
 TEST(TrainerTest, Bf16AutocastOnCpuTrains) {
