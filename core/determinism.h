@@ -9,7 +9,6 @@
 // cuDNN's autotuned convolution algorithms, and ATen's scatter-style backward passes.
 // set_deterministic(true) makes ATen pick its deterministic algorithm wherever it has one and
 // raise an error naming the op where it has none (torch.use_deterministic_algorithms(True)).
-#include <string>
 
 namespace brrr {
 

@@ -267,8 +267,8 @@ void Trainer::setup() {
   if (device_.is_cuda()) {
     set_tf32(precision_ != Precision::kFP32);
     // Input shapes are fixed per run (fixed-size batch slots), so cuDNN's autotuner pays off;
-    // its choice rests on timings, which differ run to run, so not in a deterministic run.
-    at::globalContext().setBenchmarkCuDNN(!config_.train.deterministic);
+    // its choice rests on timings, so set_deterministic(true) has turned it off.
+    if (!config_.train.deterministic) at::globalContext().setBenchmarkCuDNN(true);
   }
   torch::manual_seed(static_cast<uint64_t>(config_.run.seed));
 

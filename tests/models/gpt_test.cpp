@@ -14,6 +14,7 @@
 
 #include "core/determinism.h"
 #include "core/error.h"
+#include "core/precision.h"
 #include "models/attention.h"
 #include "models/state_dict.h"
 #include "tests/models/golden_test_util.h"
@@ -328,11 +329,11 @@ TEST(GptTest, CudaDeterministicTrainingStepIsReproducibleBitForBit) {
     m.to(torch::kCUDA);
     auto grads = [&] {
       m.zero_grad();
-      at::autocast::set_autocast_enabled(at::kCUDA, true);
-      at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
-      const at::Tensor loss = m.language_model_loss(tokens, targets, /*fused=*/true);
-      at::autocast::set_autocast_enabled(at::kCUDA, false);
-      at::autocast::clear_cache();
+      at::Tensor loss;
+      {
+        const AutocastGuard bf16(Precision::kBF16, torch::kCUDA);
+        loss = m.language_model_loss(tokens, targets, /*fused=*/true);
+      }
       loss.backward();
       std::vector<at::Tensor> g;
       for (const auto& p : m.parameters()) g.push_back(p.grad().clone());
