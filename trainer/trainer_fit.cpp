@@ -70,8 +70,9 @@ void Trainer::fit(const std::string& resume) {
 
   outputs_->begin(counters_.step);
   outputs_->log(log::Level::kInfo,
-                fmt::format("training {} for {} steps on {} ({}), precision {}", config_.model.name,
-                            t.max_steps, device_.str(), device_name(device_), t.precision));
+                fmt::format("training {} for {} steps on {} ({}), precision {}{}", config_.model.name,
+                            t.max_steps, device_.str(), device_name(device_), t.precision,
+                            t.deterministic ? ", deterministic algorithms only" : ""));
   if (dist_) {
     outputs_->log(
         log::Level::kInfo,

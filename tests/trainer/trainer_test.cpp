@@ -109,12 +109,19 @@ TEST(TrainerTest, DeterministicIsAppliedAtSetupAndUndoneByTheNextRun) {
   BlobTrainer on(config);
   EXPECT_NE(on.plan().find("precision   fp32; deterministic algorithms only"), std::string::npos)
       << on.plan();
+  testing::internal::CaptureStderr();
   on.fit();
+  const std::string on_log = testing::internal::GetCapturedStderr();
+  EXPECT_NE(on_log.find("precision fp32, deterministic algorithms only"), std::string::npos)
+      << on_log;
   EXPECT_TRUE(deterministic());
   config.train.deterministic = false;
   config.run.name = "off";
   BlobTrainer off(config);
+  testing::internal::CaptureStderr();
   off.fit();
+  const std::string off_log = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(off_log.find("deterministic"), std::string::npos) << off_log;
   EXPECT_FALSE(deterministic());
   EXPECT_EQ(train_losses(on), train_losses(off));
 }

@@ -3,6 +3,9 @@
 # GPT-2 runs compared bit for bit, and its speed against the default in the same call).
 # Copied from bench/results/2026-12-06/recheck/s.sh (same steps; the ones this session runs):
 #   FAST_ARCH=1 BUILD_TARGETS="trainer tests/models_tests brrr_tokenize" STEPS="dprobe build dtests dgpt" LIMIT=585
+#   then every GPU test of every suite on HEAD: FAST_ARCH=1 BUILD_TARGETS="trainer brrr_tokenize
+#   tests/core_tests tests/ops_tests tests/data_tests tests/models_tests tests/trainer_tests
+#   tests/report_tests tests/cli_tests" STEPS="build gputests"
 set -uo pipefail
 B=build-gpu; R=/tmp/det; mkdir -p $R $OUT
 trap "tar czf $OUT/det.tgz -C /tmp det" EXIT
@@ -100,6 +103,10 @@ PY
     for det in true false; do gpt_run speed_det${det}_$pair ${GSTEPS:-220} 20 --set train.deterministic=$det; done
   done
   python3 bench/summarize_runs.py $R/runs | grep -E 'detmode|speed' | tee $R/dgpt.txt ;;
+gputests)  # every GPU test of every suite (gpu_check.sh's tests stage), on the build above
+  BUDGET_S=$(( $(left) - 5 )) OUT=$R/gc_tests BUILD_DIR=$B bash scripts/gpu_check.sh tests > $R/gputests.log 2>&1
+  echo "gpu_check tests rc=$? at $((SECONDS-T0)) s"
+  grep -E '^\+ |PASSED|FAILED|ERROR SUMMARY|no .*_tests built' $R/gputests.log | tail -40 ;;
 esac
 done
 echo "all done at $((SECONDS-T0)) s"
