@@ -6,6 +6,7 @@
 #   then every GPU test of every suite on HEAD: FAST_ARCH=1 BUILD_TARGETS="trainer brrr_tokenize
 #   tests/core_tests tests/ops_tests tests/data_tests tests/models_tests tests/trainer_tests
 #   tests/report_tests tests/cli_tests" STEPS="build gputests"
+#   and ResNet-50 with it: STEPS="dresnet" (needs trainer built)
 set -uo pipefail
 B=build-gpu; R=/tmp/det; mkdir -p $R $OUT
 trap "tar czf $OUT/det.tgz -C /tmp det" EXIT
@@ -21,6 +22,15 @@ gpt_run() {  # name, steps, log_every, extra --set args...
     --set train.max_steps=$steps --set train.log_every=$every --set train.eval_every=0 \
     --set train.eval_batches=1 --set model.fused=auto "$@" > $R/$name.log 2>&1
   echo "gpt $name rc=$? at $((SECONDS-T0)) s"
+  mkdir -p $R/runs/$name; cp runs/rc/$name/metrics.jsonl runs/rc/$name/config.yaml $R/runs/$name/ 2>/dev/null
+}
+rn_run() {  # name, steps, log_every, batch, extra --set args...
+  local name=$1 steps=$2 every=$3 batch=$4; shift 4
+  rm -rf runs/rc/$name
+  timeout $(( $(left) - 3 )) $B/trainer --config configs/blog/05_large_batch.yaml --set run.name=$name \
+    --set run.output_dir=runs/rc --set data.batch_size=$batch --set train.max_steps=$steps \
+    --set train.log_every=$every --set train.eval_every=0 "$@" > $R/$name.log 2>&1
+  echo "resnet $name rc=$? at $((SECONDS-T0)) s"; grep -iE 'error|determin' $R/$name.log | head -3
   mkdir -p $R/runs/$name; cp runs/rc/$name/metrics.jsonl runs/rc/$name/config.yaml $R/runs/$name/ 2>/dev/null
 }
 for step in ${STEPS:-build opstests}; do
@@ -103,6 +113,24 @@ PY
     for det in true false; do gpt_run speed_det${det}_$pair ${GSTEPS:-220} 20 --set train.deterministic=$det; done
   done
   python3 bench/summarize_runs.py $R/runs | grep -E 'detmode|speed' | tee $R/dgpt.txt ;;
+dresnet)  # train.deterministic on ResNet-50 (blog rung 5, JPEGs): two runs equal, and its speed
+  [[ -f data_cache/photos/.complete ]] || { BUILD_DIR=$B scripts/prepare_data.sh photos > $R/photos.log 2>&1;
+    echo "photos rc=$? at $((SECONDS-T0)) s"; }
+  for k in 1 2; do
+    rn_run rn_detmode_$k ${RSTEPS:-20} 1 64 --set train.deterministic=true
+  done
+  python3 - $R/runs <<'PY2'
+import json, pathlib, sys
+d = pathlib.Path(sys.argv[1])
+r1, r2 = ([json.loads(l) for l in (d / f"rn_detmode_{k}" / "metrics.jsonl").open() if '"train"' in l] for k in (1, 2))
+diff = [x["step"] for x, y in zip(r1, r2) if (x["loss"], x["grad_norm"]) != (y["loss"], y["grad_norm"])]
+print(f"resnet train.deterministic: {len(r1)}/{len(r2)} steps logged, {len(diff)} differ (first {diff[:1]}); "
+      f"last loss {r1[-1]['loss']!r} vs {r2[-1]['loss']!r}")
+PY2
+  for pair in ${RPAIRS:-1}; do
+    for det in true false; do rn_run rn_speed_det${det}_$pair ${RSPEED_STEPS:-100} 10 256 --set train.deterministic=$det; done
+  done
+  python3 bench/summarize_runs.py $R/runs | grep -E '^rn_' | tee $R/dresnet.txt ;;
 gputests)  # every GPU test of every suite (gpu_check.sh's tests stage), on the build above
   BUDGET_S=$(( $(left) - 5 )) OUT=$R/gc_tests BUILD_DIR=$B bash scripts/gpu_check.sh tests > $R/gputests.log 2>&1
   echo "gpu_check tests rc=$? at $((SECONDS-T0)) s"
