@@ -25,4 +25,19 @@ void set_deterministic(bool enabled);
 /// Whether set_deterministic(true) is in force.
 bool deterministic();
 
+/// set_deterministic(enabled) for a scope (a deterministic section of a program, a test); the
+/// state before it is set again when the scope ends.
+class DeterministicScope {
+ public:
+  explicit DeterministicScope(bool enabled = true) : previous_(deterministic()) {
+    set_deterministic(enabled);
+  }
+  ~DeterministicScope() { set_deterministic(previous_); }
+  DeterministicScope(const DeterministicScope&) = delete;
+  DeterministicScope& operator=(const DeterministicScope&) = delete;
+
+ private:
+  bool previous_;
+};
+
 }  // namespace brrr

@@ -1,5 +1,5 @@
 // set_deterministic (train.deterministic): the process-wide switches it turns, the cuBLAS
-// workspace setting it makes unless the environment has one, and that off undoes it.
+// workspace setting it makes unless the environment has one, that off undoes it, and the scope.
 #include "core/determinism.h"
 
 #include <ATen/Context.h>
@@ -47,6 +47,21 @@ TEST(DeterminismTest, OffLeavesTheWorkspaceSettingAlone) {
   unsetenv("CUBLAS_WORKSPACE_CONFIG");
   set_deterministic(false);
   EXPECT_EQ(workspace_config(), nullptr);
+}
+
+TEST(DeterminismTest, ScopeSetsItAndPutsBackWhatWasBefore) {
+  ASSERT_FALSE(deterministic());
+  {
+    const DeterministicScope on;
+    EXPECT_TRUE(deterministic());
+    {
+      const DeterministicScope off(false);
+      EXPECT_FALSE(deterministic());
+    }
+    EXPECT_TRUE(deterministic());  // the outer scope's, not off
+  }
+  EXPECT_FALSE(deterministic());
+  unsetenv("CUBLAS_WORKSPACE_CONFIG");
 }
 
 }  // namespace

@@ -301,50 +301,46 @@ TEST(GptTest, CudaHeadInChunksMatchesOneChunk) {
   }
 }
 
-// Turns set_deterministic on for a scope and off after it (process-wide state).
-struct DeterministicScope {
-  DeterministicScope() { set_deterministic(true); }
-  ~DeterministicScope() { set_deterministic(false); }
-  DeterministicScope(const DeterministicScope&) = delete;
-  DeterministicScope& operator=(const DeterministicScope&) = delete;
-};
-
-// train.deterministic on the GPU: a fused GPT training step (bf16 autocast, the head+loss op, the
-// fused kernels, the attention backend that auto resolves to, embedding backward) gives the same
-// gradients bit for bit every time. T = 512 with 64 per head: every attention backward has several
-// key blocks to add across (where the default flash, cuDNN and memory-efficient kernels accumulate
-// in arrival order: bench/RESULTS.md section 6, update 14).
+// train.deterministic on the GPU: a GPT training step, fused (bf16 autocast, the head+loss op, the
+// fused kernels, the attention backend that auto resolves to, embedding backward) and unfused
+// (ATen's cross_entropy, layer_norm, gelu), gives the same gradients bit for bit every time. T =
+// 512 with 64 per head: every attention backward has several key blocks to add across (where the
+// default flash, cuDNN and memory-efficient kernels accumulate in arrival order: bench/RESULTS.md
+// section 6, update 14).
 TEST(GptTest, CudaDeterministicTrainingStepIsReproducibleBitForBit) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   const DeterministicScope deterministic;
   auto o = gpt_options(2, 4, 256, 512, 1000);
-  o.fused = "auto";
   const at::Tensor tokens = torch::randint(0, 1000, {8, 512}, at::kLong).to(torch::kCUDA);
   const at::Tensor targets = torch::randint(0, 1000, {8, 512}, at::kLong).to(torch::kCUDA);
-  for (const char* backend : {"auto", "flash", "efficient", "math"}) {
-    SCOPED_TRACE(std::string("model.attention ") + backend);
-    o.attention = backend;
-    torch::manual_seed(8);
-    Gpt m(o);
-    m.to(torch::kCUDA);
-    auto grads = [&] {
-      m.zero_grad();
-      at::Tensor loss;
-      {
-        const AutocastGuard bf16(Precision::kBF16, torch::kCUDA);
-        loss = m.language_model_loss(tokens, targets, /*fused=*/true);
-      }
-      loss.backward();
-      std::vector<at::Tensor> g;
-      for (const auto& p : m.parameters()) g.push_back(p.grad().clone());
-      return g;
-    };
-    const std::vector<at::Tensor> first = grads();
-    for (int repeat = 1; repeat <= 3; ++repeat) {
-      const std::vector<at::Tensor> again = grads();
-      ASSERT_EQ(again.size(), first.size());
-      for (size_t i = 0; i < first.size(); ++i) {
-        EXPECT_TRUE(at::equal(again[i], first[i])) << "parameter " << i << ", repeat " << repeat;
+  // The fused ops, and the unfused ATen composition (cross_entropy, layer_norm, gelu, ...).
+  for (const bool fused : {true, false}) {
+    for (const char* backend : {"auto", "flash", "efficient", "math"}) {
+      SCOPED_TRACE(std::string(fused ? "fused" : "unfused") + ", model.attention " + backend);
+      o.fused = fused ? "auto" : "false";
+      o.attention = backend;
+      torch::manual_seed(8);
+      Gpt m(o);
+      m.to(torch::kCUDA);
+      auto grads = [&] {
+        m.zero_grad();
+        at::Tensor loss;
+        {
+          const AutocastGuard bf16(Precision::kBF16, torch::kCUDA);
+          loss = m.language_model_loss(tokens, targets, fused);
+        }
+        loss.backward();
+        std::vector<at::Tensor> g;
+        for (const auto& p : m.parameters()) g.push_back(p.grad().clone());
+        return g;
+      };
+      const std::vector<at::Tensor> first = grads();
+      for (int repeat = 1; repeat <= 3; ++repeat) {
+        const std::vector<at::Tensor> again = grads();
+        ASSERT_EQ(again.size(), first.size());
+        for (size_t i = 0; i < first.size(); ++i) {
+          EXPECT_TRUE(at::equal(again[i], first[i])) << "parameter " << i << ", repeat " << repeat;
+        }
       }
     }
   }

@@ -2,6 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <torch/nn/functional/loss.h>
+
+#include <vector>
+
+#include "core/determinism.h"
+#include "core/precision.h"
 #include "tests/models/golden_test_util.h"
 
 namespace brrr {
@@ -66,6 +72,42 @@ TEST(ResNetTest, ConvolutionsAreKaimingNormalFanOut) {
   EXPECT_NEAR(w.std().item<double>(), std::sqrt(2.0 / (512 * 9)),
               0.01 * std::sqrt(2.0 / (512 * 9)));
   EXPECT_TRUE(model.named_parameters()["layer1.0.bn1.weight"].equal(torch::ones({64})));
+}
+
+// train.deterministic on the GPU: a ResNet-18 training step (bf16 autocast, channels-last input,
+// cuDNN's convolutions and batch norm, max pool, the mean pool, cross-entropy) gives the same
+// gradients bit for bit every time, and no op of it raises for lacking a deterministic algorithm.
+TEST(ResNetTest, CudaDeterministicTrainingStepIsReproducibleBitForBit) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const DeterministicScope deterministic;
+  torch::manual_seed(5);
+  ResNet model(resnet_options("imagenet", 10, 64), 18);
+  model.to(torch::kCUDA);
+  model.train();
+  const at::Tensor images =
+      torch::randn({16, 3, 64, 64}, torch::kCUDA).contiguous(at::MemoryFormat::ChannelsLast);
+  const at::Tensor labels =
+      torch::randint(0, 10, {16}, torch::dtype(at::kLong).device(torch::kCUDA));
+  auto grads = [&] {
+    model.zero_grad();
+    at::Tensor loss;
+    {
+      const AutocastGuard bf16(Precision::kBF16, torch::kCUDA);
+      loss = torch::nn::functional::cross_entropy(model.forward(images), labels);
+    }
+    loss.backward();
+    std::vector<at::Tensor> g;
+    for (const auto& p : model.parameters()) g.push_back(p.grad().clone());
+    return g;
+  };
+  const std::vector<at::Tensor> first = grads();
+  for (int repeat = 1; repeat <= 3; ++repeat) {
+    const std::vector<at::Tensor> again = grads();
+    ASSERT_EQ(again.size(), first.size());
+    for (size_t i = 0; i < first.size(); ++i) {
+      EXPECT_TRUE(at::equal(again[i], first[i])) << "parameter " << i << ", repeat " << repeat;
+    }
+  }
 }
 
 }  // namespace
