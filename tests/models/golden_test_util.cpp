@@ -6,6 +6,8 @@
 #include <fstream>
 #include <iterator>
 #include <stdexcept>
+#include <utility>
+#include <vector>
 
 #include "models/state_dict.h"
 
@@ -74,6 +76,28 @@ void expect_matches_golden(Model& model, const c10::Dict<c10::IValue, c10::IValu
   at::NoGradGuard no_grad;
   expect_close(model.forward(input), golden.at("logits_eval").toTensor(), "eval-mode logits", rtol,
                atol);
+}
+
+void expect_reproducible_gradients(Model& model, const std::function<at::Tensor()>& loss,
+                                   int repeats) {
+  auto gradients = [&] {
+    model.zero_grad();
+    loss().backward();
+    std::vector<std::pair<std::string, at::Tensor>> g;
+    for (const auto& p : model.named_parameters(/*recurse=*/true)) {
+      g.emplace_back(p.key(), p.value().grad().clone());
+    }
+    return g;
+  };
+  const auto first = gradients();
+  for (int repeat = 1; repeat <= repeats; ++repeat) {
+    const auto again = gradients();
+    ASSERT_EQ(again.size(), first.size());
+    for (size_t i = 0; i < first.size(); ++i) {
+      EXPECT_TRUE(at::equal(again[i].second, first[i].second))
+          << "gradient of " << first[i].first << " differs in repeat " << repeat;
+    }
+  }
 }
 
 }  // namespace brrr::test

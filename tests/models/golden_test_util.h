@@ -4,6 +4,7 @@
 #include <ATen/core/Dict.h>
 #include <ATen/core/ivalue.h>
 
+#include <functional>
 #include <string>
 
 #include "models/model.h"
@@ -25,5 +26,11 @@ void expect_close(const at::Tensor& actual, const at::Tensor& expected, const st
 /// statistics after the train-mode forward, and eval-mode logits.
 void expect_matches_golden(Model& model, const c10::Dict<c10::IValue, c10::IValue>& golden,
                            double rtol = 1e-4, double atol = 1e-5);
+
+/// Runs `loss` (a forward that returns the loss, under whatever guards it sets) and its backward
+/// 1 + `repeats` times on `model`, and EXPECTs every parameter's gradient to be the same bits each
+/// time (the message names the parameter and the repeat).
+void expect_reproducible_gradients(Model& model, const std::function<at::Tensor()>& loss,
+                                   int repeats = 3);
 
 }  // namespace brrr::test

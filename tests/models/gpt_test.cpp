@@ -322,26 +322,10 @@ TEST(GptTest, CudaDeterministicTrainingStepIsReproducibleBitForBit) {
       torch::manual_seed(8);
       Gpt m(o);
       m.to(torch::kCUDA);
-      auto grads = [&] {
-        m.zero_grad();
-        at::Tensor loss;
-        {
-          const AutocastGuard bf16(Precision::kBF16, torch::kCUDA);
-          loss = m.language_model_loss(tokens, targets, fused);
-        }
-        loss.backward();
-        std::vector<at::Tensor> g;
-        for (const auto& p : m.parameters()) g.push_back(p.grad().clone());
-        return g;
-      };
-      const std::vector<at::Tensor> first = grads();
-      for (int repeat = 1; repeat <= 3; ++repeat) {
-        const std::vector<at::Tensor> again = grads();
-        ASSERT_EQ(again.size(), first.size());
-        for (size_t i = 0; i < first.size(); ++i) {
-          EXPECT_TRUE(at::equal(again[i], first[i])) << "parameter " << i << ", repeat " << repeat;
-        }
-      }
+      test::expect_reproducible_gradients(m, [&] {
+        const AutocastGuard bf16(Precision::kBF16, torch::kCUDA);
+        return m.language_model_loss(tokens, targets, fused);
+      });
     }
   }
 }

@@ -4,8 +4,6 @@
 
 #include <torch/nn/functional/loss.h>
 
-#include <vector>
-
 #include "core/determinism.h"
 #include "core/precision.h"
 #include "tests/models/golden_test_util.h"
@@ -88,26 +86,10 @@ TEST(ResNetTest, CudaDeterministicTrainingStepIsReproducibleBitForBit) {
       torch::randn({16, 3, 64, 64}, torch::kCUDA).contiguous(at::MemoryFormat::ChannelsLast);
   const at::Tensor labels =
       torch::randint(0, 10, {16}, torch::dtype(at::kLong).device(torch::kCUDA));
-  auto grads = [&] {
-    model.zero_grad();
-    at::Tensor loss;
-    {
-      const AutocastGuard bf16(Precision::kBF16, torch::kCUDA);
-      loss = torch::nn::functional::cross_entropy(model.forward(images), labels);
-    }
-    loss.backward();
-    std::vector<at::Tensor> g;
-    for (const auto& p : model.parameters()) g.push_back(p.grad().clone());
-    return g;
-  };
-  const std::vector<at::Tensor> first = grads();
-  for (int repeat = 1; repeat <= 3; ++repeat) {
-    const std::vector<at::Tensor> again = grads();
-    ASSERT_EQ(again.size(), first.size());
-    for (size_t i = 0; i < first.size(); ++i) {
-      EXPECT_TRUE(at::equal(again[i], first[i])) << "parameter " << i << ", repeat " << repeat;
-    }
-  }
+  test::expect_reproducible_gradients(model, [&] {
+    const AutocastGuard bf16(Precision::kBF16, torch::kCUDA);
+    return torch::nn::functional::cross_entropy(model.forward(images), labels);
+  });
 }
 
 }  // namespace
