@@ -5,6 +5,10 @@
 #   1: FAST_ARCH=1 BUILD_TARGETS="trainer brrr_tokenize tests/models_tests" STEPS="build dtests dresnet" RPAIRS="1 2"
 #   2: FAST_ARCH=1 BUILD_TARGETS="trainer brrr_tokenize tests/core_tests tests/ops_tests tests/data_tests
 #      tests/models_tests tests/trainer_tests tests/report_tests tests/cli_tests" STEPS="build gputests"
+#      (as run: RSTEPS=30 RPAIRS=3 ... STEPS="dresnet build gputests"; call 1's 20-step runs stopped at
+#      a config error, warmup 20 >= 20 steps)
+#   3: two default runs by hand (expect2.md); 4: FAST_ARCH=1 BUILD_TARGETS="trainer" STEPS="build rnspeed"
+#      RPAIRS="1 2" RSPEED_STEPS=150
 set -uo pipefail
 B=build-gpu; R=/tmp/det; mkdir -p $R $OUT
 trap "tar czf $OUT/det.tgz -C /tmp det" EXIT
@@ -129,6 +133,12 @@ PY2
     for det in true false; do rn_run rn_speed_det${det}_$pair ${RSPEED_STEPS:-100} 10 256 --set train.deterministic=$det; done
   done
   python3 bench/summarize_runs.py $R/runs | grep -E '^rn_' | tee $R/dresnet.txt ;;
+rnspeed)  # ResNet-50 det vs default at batch 64 too, eager and graphed (rung 6's step): the pairs interleaved
+  [[ -f data_cache/photos/.complete ]] || BUILD_DIR=$B scripts/prepare_data.sh photos > $R/photos.log 2>&1
+  for pair in ${RPAIRS:-1}; do for g in ${RGRAPHS:-false auto}; do for det in true false; do
+    rn_run rn_b64_g${g}_det${det}_$pair ${RSPEED_STEPS:-100} 10 64 --set train.deterministic=$det --set train.cuda_graph=$g
+  done; done; done
+  python3 bench/summarize_runs.py $R/runs | grep -E '^rn_b64' | tee $R/rnspeed.txt ;;
 gputests)  # every GPU test of every suite (gpu_check.sh's tests stage), on the build above
   BUDGET_S=$(( $(left) - 5 )) OUT=$R/gc_tests BUILD_DIR=$B bash scripts/gpu_check.sh tests > $R/gputests.log 2>&1
   echo "gpu_check tests rc=$? at $((SECONDS-T0)) s"
