@@ -6,7 +6,7 @@
 #   2: FAST_ARCH=1 BUILD_TARGETS="trainer brrr_tokenize tests/core_tests tests/ops_tests tests/data_tests
 #      tests/models_tests tests/trainer_tests tests/report_tests tests/cli_tests" STEPS="build gputests"
 #      (as run: RSTEPS=30 RPAIRS=3 ... STEPS="dresnet build gputests"; call 1's 20-step runs stopped at
-#      a config error, warmup 20 >= 20 steps)
+#      a config error, warmup 20 >= 20 steps; the default is 30 since)
 #   3: two default runs by hand (expect2.md); 4: FAST_ARCH=1 BUILD_TARGETS="trainer" STEPS="build rnspeed"
 #      RPAIRS="1 2" RSPEED_STEPS=150
 set -uo pipefail
@@ -119,7 +119,7 @@ dresnet)  # train.deterministic on ResNet-50 (blog rung 5, JPEGs): two runs equa
   [[ -f data_cache/photos/.complete ]] || { BUILD_DIR=$B scripts/prepare_data.sh photos > $R/photos.log 2>&1;
     echo "photos rc=$? at $((SECONDS-T0)) s"; }
   for k in 1 2; do
-    rn_run rn_detmode_$k ${RSTEPS:-20} 1 64 --set train.deterministic=true
+    rn_run rn_detmode_$k ${RSTEPS:-30} 1 64 --set train.deterministic=true
   done
   python3 - $R/runs <<'PY2'
 import json, pathlib, sys
