@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # 2026-12-07, second session: what of train.deterministic had not run on a GPU (the GPU tests landed
 # in 8eed8c2/44027a1, ResNet-50 under the option, every suite's GPU tests on HEAD).
-# Copied from ../determinism/s.sh unchanged but for this header; calls:
+# Copied from ../determinism/s.sh; since: this header, the rnspeed step (call 4), RSTEPS 30. Calls:
 #   1: FAST_ARCH=1 BUILD_TARGETS="trainer brrr_tokenize tests/models_tests" STEPS="build dtests dresnet" RPAIRS="1 2"
 #   2: FAST_ARCH=1 BUILD_TARGETS="trainer brrr_tokenize tests/core_tests tests/ops_tests tests/data_tests
 #      tests/models_tests tests/trainer_tests tests/report_tests tests/cli_tests" STEPS="build gputests"
 #      (as run: RSTEPS=30 RPAIRS=3 ... STEPS="dresnet build gputests"; call 1's 20-step runs stopped at
 #      a config error, warmup 20 >= 20 steps; the default is 30 since)
-#   3: two default runs by hand (expect2.md); 4: FAST_ARCH=1 BUILD_TARGETS="trainer" STEPS="build rnspeed"
+#   3: call3.sh (two default runs); 4 (expectations in expect2.md): FAST_ARCH=1 BUILD_TARGETS="trainer" STEPS="build rnspeed"
 #      RPAIRS="1 2" RSPEED_STEPS=150
 set -uo pipefail
 B=build-gpu; R=/tmp/det; mkdir -p $R $OUT
