@@ -71,6 +71,23 @@ if(BRRR_HAVE_CUDA)
   endif()
 endif()
 
+# --- cuDNN's header and library, for the fused batch norm (core/ops/batch_norm_act_cudnn.cpp) ---
+# Those of libtorch's own cuDNN (the pip wheel's nvidia/cudnn) first, as for NCCL. The wheel ships
+# only the versioned libcudnn.so.9.
+set(BRRR_HAVE_CUDNN OFF)
+if(BRRR_HAVE_CUDA)
+  find_path(BRRR_CUDNN_INCLUDE_DIR cudnn.h
+    HINTS "${BRRR_TORCH_PREFIX}/../nvidia/cudnn/include" "${CUDAToolkit_INCLUDE_DIRS}")
+  find_library(BRRR_CUDNN_LIBRARY NAMES cudnn libcudnn.so.9 NAMES_PER_DIR
+    HINTS "${BRRR_TORCH_PREFIX}/../nvidia/cudnn/lib" "${CUDAToolkit_LIBRARY_DIR}")
+  if(BRRR_CUDNN_INCLUDE_DIR AND BRRR_CUDNN_LIBRARY)
+    set(BRRR_HAVE_CUDNN ON)
+    message(STATUS "brrr: cuDNN ${BRRR_CUDNN_LIBRARY}: the fused batch norm (batch_norm_act) is on")
+  else()
+    message(STATUS "brrr: cudnn.h or libcudnn not found: batch_norm_act takes its ATen path")
+  endif()
+endif()
+
 # --- system libraries ------------------------------------------------------------------------
 find_package(yaml-cpp REQUIRED)
 # yaml-cpp 0.7 (Debian 12) exports `yaml-cpp`, 0.8 (Ubuntu 24.04) `yaml-cpp::yaml-cpp`.
@@ -94,7 +111,7 @@ find_package(Threads REQUIRED)
 # without the named sub-folders (layers of their own). Files named `*_cuda.cpp` or `*.cu` are
 # compiled only with CUDA; `*_nocuda.cpp` only without (the CPU stand-in of the same unit);
 # likewise `*_gloo.cpp` / `*_nogloo.cpp` with and without Gloo's headers, `*_nccl.cpp` / `*_nonccl.cpp`
-# with and without NCCL's.
+# with and without NCCL's, `*_cudnn.cpp` / `*_nocudnn.cpp` with and without cuDNN's.
 function(brrr_layer_sources out folder)
   cmake_parse_arguments(_ls "" "" "EXCLUDE" ${ARGN})
   file(GLOB_RECURSE _all CONFIGURE_DEPENDS
@@ -111,7 +128,7 @@ function(brrr_layer_sources out folder)
       continue()
     endif()
     # x_<dep>.cpp needs <dep>, x_no<dep>.cpp stands in for it without (.cu files need CUDA).
-    foreach(dep gloo nccl cuda)
+    foreach(dep gloo nccl cudnn cuda)
       string(TOUPPER "${dep}" _dep)
       if(BRRR_HAVE_${_dep} AND f MATCHES "_no${dep}\\.cpp$")
         set(_skip ON)
