@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include "core/error.h"
+#include "core/ops/batch_norm_act.h"
 
 namespace brrr {
 namespace detail {
@@ -21,7 +22,26 @@ struct BlockShape {
   int64_t stride;    // of the 3x3 conv and the shortcut
   int64_t in_side;   // input spatial side
   int64_t out_side;  // output spatial side
+  bool fused;        // the norms through ops::batch_norm_act (model.fused)
 };
+
+/// bn(x) (+ residual), then ReLU when `relu`: through ops::batch_norm_act when `fused` (one cuDNN
+/// call each way for channels-last bf16/fp16 CUDA tensors in training, else its ATen reference),
+/// else the module and ATen's add and relu, as torchvision. Either way the module's running
+/// statistics and num_batches_tracked advance as BatchNorm2d::forward advances them.
+at::Tensor norm(torch::nn::BatchNorm2d& bn, const at::Tensor& x, const at::Tensor& residual,
+                bool relu, bool fused) {
+  if (!fused) {
+    at::Tensor y = bn->forward(x);
+    if (residual.defined()) y = y + residual;
+    return relu ? torch::relu(y) : y;
+  }
+  const auto& o = bn->options;
+  if (bn->is_training() && o.track_running_stats()) bn->num_batches_tracked += 1;
+  return batch_norm_act(x, residual, bn->weight, bn->bias, bn->running_mean, bn->running_var,
+                        bn->is_training() || !o.track_running_stats(), o.momentum().value_or(0.1),
+                        o.eps(), relu);
+}
 
 /// conv 1x1/stride + BN projection when the block changes shape (torchvision's `downsample`).
 torch::nn::Sequential make_downsample(const BlockShape& s, int64_t out_channels) {
@@ -40,7 +60,8 @@ class BasicBlockImpl : public torch::nn::Module {
       : conv1(register_module("conv1", conv(s.in_channels, s.width, 3, s.stride))),
         conv2(register_module("conv2", conv(s.width, s.width, 3, 1))),
         bn1(register_module("bn1", torch::nn::BatchNorm2d(s.width))),
-        bn2(register_module("bn2", torch::nn::BatchNorm2d(s.width))) {
+        bn2(register_module("bn2", torch::nn::BatchNorm2d(s.width))),
+        fused(s.fused) {
     if (s.stride != 1 || s.in_channels != s.width) {
       downsample = register_module("downsample", make_downsample(s, s.width));
     }
@@ -56,14 +77,14 @@ class BasicBlockImpl : public torch::nn::Module {
   }
 
   at::Tensor forward(const at::Tensor& x) {
-    at::Tensor out = torch::relu(bn1->forward(conv1->forward(x)));
-    out = bn2->forward(conv2->forward(out));
-    return torch::relu(out + (downsample ? downsample->forward(x) : x));
+    at::Tensor out = norm(bn1, conv1->forward(x), {}, true, fused);
+    return norm(bn2, conv2->forward(out), downsample ? downsample->forward(x) : x, true, fused);
   }
 
   torch::nn::Conv2d conv1, conv2;
   torch::nn::BatchNorm2d bn1, bn2;
   torch::nn::Sequential downsample{nullptr};
+  bool fused;
 };
 TORCH_MODULE(BasicBlock);
 
@@ -80,7 +101,8 @@ class BottleneckImpl : public torch::nn::Module {
         conv3(register_module("conv3", conv(s.width, s.width * kExpansion, 1, 1))),
         bn1(register_module("bn1", torch::nn::BatchNorm2d(s.width))),
         bn2(register_module("bn2", torch::nn::BatchNorm2d(s.width))),
-        bn3(register_module("bn3", torch::nn::BatchNorm2d(s.width * kExpansion))) {
+        bn3(register_module("bn3", torch::nn::BatchNorm2d(s.width * kExpansion))),
+        fused(s.fused) {
     if (s.stride != 1 || s.in_channels != s.width * kExpansion) {
       downsample = register_module("downsample", make_downsample(s, s.width * kExpansion));
     }
@@ -100,26 +122,26 @@ class BottleneckImpl : public torch::nn::Module {
   }
 
   at::Tensor forward(const at::Tensor& x) {
-    at::Tensor out = torch::relu(bn1->forward(conv1->forward(x)));
-    out = torch::relu(bn2->forward(conv2->forward(out)));
-    out = bn3->forward(conv3->forward(out));
-    return torch::relu(out + (downsample ? downsample->forward(x) : x));
+    at::Tensor out = norm(bn1, conv1->forward(x), {}, true, fused);
+    out = norm(bn2, conv2->forward(out), {}, true, fused);
+    return norm(bn3, conv3->forward(out), downsample ? downsample->forward(x) : x, true, fused);
   }
 
   torch::nn::Conv2d conv1, conv2, conv3;
   torch::nn::BatchNorm2d bn1, bn2, bn3;
   torch::nn::Sequential downsample{nullptr};
+  bool fused;
 };
 TORCH_MODULE(Bottleneck);
 
 /// Appends `blocks` blocks of `Block` to `layer`; updates channels/side; returns multiply-adds.
 template <typename Block, typename BlockImpl>
 int64_t build_layer(torch::nn::Sequential& layer, int64_t blocks, int64_t width, int64_t stride,
-                    int64_t& channels, int64_t& side) {
+                    bool fused, int64_t& channels, int64_t& side) {
   int64_t macs = 0;
   for (int64_t b = 0; b < blocks; ++b) {
     const int64_t s = b == 0 ? stride : 1;
-    const BlockShape shape{channels, width, s, side, conv_output_size(side, 3, s, 1)};
+    const BlockShape shape{channels, width, s, side, conv_output_size(side, 3, s, 1), fused};
     layer->push_back(Block(shape));
     macs += BlockImpl::macs(shape);
     channels = width * BlockImpl::kExpansion;
@@ -134,6 +156,7 @@ int64_t build_layer(torch::nn::Sequential& layer, int64_t blocks, int64_t width,
 ResNet::ResNet(const ModelOptions& options, int depth)
     : depth_(depth),
       imagenet_stem_(options.stem == "imagenet"),
+      fused_(options.fused != "false"),
       in_channels_(options.in_channels),
       image_size_(options.image_size) {
   if (depth != 18 && depth != 50) {
@@ -170,9 +193,9 @@ ResNet::ResNet(const ModelOptions& options, int depth)
     const int64_t stride = i == 0 ? 1 : 2;
     layers_[i] = torch::nn::Sequential();
     macs += depth == 18 ? detail::build_layer<detail::BasicBlock, detail::BasicBlockImpl>(
-                              layers_[i], blocks[i], width, stride, channels, side)
+                              layers_[i], blocks[i], width, stride, fused_, channels, side)
                         : detail::build_layer<detail::Bottleneck, detail::BottleneckImpl>(
-                              layers_[i], blocks[i], width, stride, channels, side);
+                              layers_[i], blocks[i], width, stride, fused_, channels, side);
     register_module(fmt::format("layer{}", i + 1), layers_[i]);
   }
   fc_ = register_module("fc", torch::nn::Linear(channels, options.num_classes));
@@ -192,11 +215,15 @@ at::Tensor ResNet::forward(const at::Tensor& input) {
                             in_channels_, c10::toString(input.scalar_type()),
                             fmt::join(input.sizes(), ", ")));
   }
-  at::Tensor x = torch::relu(bn1_->forward(conv1_->forward(input)));  // (B, 64, H', W')
+  at::Tensor x = detail::norm(bn1_, conv1_->forward(input), {}, true, fused_);  // (B, 64, H', W')
   if (imagenet_stem_) x = torch::max_pool2d(x, 3, 2, 1);
   for (auto& layer : layers_) x = layer->forward(x);     // (B, 512 * expansion, h, w)
   x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);  // (B, 512 * expansion)
   return fc_->forward(x);                                // (B, num_classes)
+}
+
+std::vector<std::string> ResNet::fused_ops() const {
+  return fused_ ? std::vector<std::string>{"batch_norm_act"} : std::vector<std::string>{};
 }
 
 std::string ResNet::describe() const {

@@ -3,7 +3,8 @@
 // with torchvision's parameter names (conv1, bn1, layer1.0.conv1, layer1.0.downsample.0, fc, ...)
 // and initialisation (convs Kaiming-normal fan_out, BN weight 1 / bias 0, fc PyTorch default).
 // Stems: `imagenet` = conv 7x7/2 + BN + ReLU + maxpool 3x3/2; `small` = conv 3x3/1 + BN + ReLU
-// (no maxpool) for 32x32 inputs.
+// (no maxpool) for 32x32 inputs. With model.fused every norm followed by a ReLU is one
+// ops::batch_norm_act (with the block's shortcut add for the last norm of a block).
 #include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/conv.h>
@@ -28,10 +29,14 @@ class ResNet : public Model {
   Task task() const override { return Task::kClassification; }
   double flops_per_example() const override { return flops_; }
   std::string describe() const override;
+  /// With model.fused (auto or true): batch_norm_act, each norm with its ReLU (and the block's
+  /// shortcut add) in one op; the downsample projections' norms stay BatchNorm2d's.
+  std::vector<std::string> fused_ops() const override;
 
  private:
   int depth_;
   bool imagenet_stem_;
+  bool fused_;
   int64_t in_channels_;
   int64_t image_size_;
   double flops_ = 0.0;

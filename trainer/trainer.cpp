@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/name_registry.h"
+#include "core/ops/batch_norm_act.h"
 #include "core/ops/image_input.h"
 #include "data/data_loader.h"
 #include "data/dataset_factory.h"
@@ -459,6 +460,20 @@ std::string Trainer::ops_plan() const {
                             parse_attention_backend(config_.model.attention), device_, compute))));
   } else {
     parts.push_back(fmt::format("image_input {} (uint8 -> {})", path, c10::toString(compute)));
+    for (const std::string& op : fused ? model_->fused_ops() : std::vector<std::string>{}) {
+      if (op != "batch_norm_act") {
+        parts.push_back(fmt::format("{} {}", op, path));
+        continue;
+      }
+      // Its path depends on the activations: cuDNN's for channels-last bf16/fp16 on CUDA.
+      const at::Tensor like = at::empty(
+          {1, 1, 1, 1}, at::TensorOptions().dtype(compute).device(device_).memory_format(
+                            channels_last_ ? at::MemoryFormat::ChannelsLast
+                                           : at::MemoryFormat::Contiguous));
+      parts.push_back(std::string_view(batch_norm_act_path(like, true)) == "cudnn"
+                          ? "batch_norm_act cuDNN fused"
+                          : "batch_norm_act ATen reference");
+    }
   }
   return fmt::format("{}", fmt::join(parts, ", "));
 }

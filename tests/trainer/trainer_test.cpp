@@ -529,6 +529,25 @@ train: {max_steps: 8, log_every: 1, eval_every: 0, checkpoint_every: 0, max_grad
   return c;
 }
 
+// --dry-run's ops line for a ResNet: batch_norm_act's path (its ATen reference on the CPU) after
+// image_input, and no batch_norm_act with model.fused: false.
+TEST(TrainerTest, PlanNamesTheBatchNormPathOfAResNet) {
+  ExperimentConfig c = image_config(temp_dir("resnet_plan"), "bf16");
+  c.model.name = "resnet18";
+  c.model.stem = "small";
+  c.model.image_size = 32;
+  ImageTrainer fused(c);
+  EXPECT_NE(fused.plan().find("ops         image_input ATen reference (uint8 -> BFloat16), "
+                              "batch_norm_act ATen reference\n"),
+            std::string::npos)
+      << fused.plan();
+  c.model.fused = "false";
+  ImageTrainer plain(c);
+  EXPECT_NE(plain.plan().find("ops         image_input ATen reference (uint8 -> BFloat16)\n"),
+            std::string::npos)
+      << plain.plan();
+}
+
 // uint8 images are normalised into the autocast dtype (bf16 under train.precision bf16, float32
 // under fp32), and a bf16 run so fed trains exactly as one fed float32 images that autocast casts.
 TEST(TrainerTest, ImagesAreNormalisedIntoTheAutocastDtypeAndTrainAsFloatImagesCastByAutocast) {
