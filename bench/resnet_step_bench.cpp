@@ -4,8 +4,9 @@
 //
 // One step, as the trainer does it: normalise the uint8 batch on the device, forward under
 // autocast (bf16 by default; TF32 for what stays fp32), cross-entropy, backward, global-norm clip,
-// brrr's fused AdamW, zero_grad. Optionally channels-last weights and inputs. Host syncs only at
-// the ends of the timed window.
+// brrr's fused AdamW, zero_grad. Optionally channels-last weights and inputs; the model with
+// model.fused false (mode `eager`: BatchNorm2d, add, relu) and auto (mode `fused`:
+// ops::batch_norm_act). Host syncs only at the ends of the timed window.
 //
 //   bench_resnet_step_bench --batches 64,256 --steps 30 --warmup 10 --channels-last both
 // Prints CSV `impl,mode,batch,channels_last,images_per_s,step_ms` (bench/torch_resnet_step.py
@@ -36,6 +37,7 @@ struct Args {
   int64_t steps = 30;
   int64_t warmup = 10;
   std::vector<bool> channels_last = {false, true};
+  std::vector<bool> fused = {false, true};  // model.fused false / auto
   std::string precision = "bf16";
   int64_t num_classes = 12;
   int64_t image_size = 224;
@@ -64,6 +66,13 @@ std::vector<int64_t> parse_int_list(const std::string& flag, const std::string& 
   return out;
 }
 
+// true, false or both -> the values to run.
+std::vector<bool> parse_choices(const std::string& flag, const std::string& value) {
+  if (value == "both") return {false, true};
+  if (value == "true" || value == "false") return {value == "true"};
+  throw UsageError(fmt::format("{} {}: expected true, false or both", flag, value));
+}
+
 int64_t parse_int(const std::string& flag, const std::string& text) {
   const auto values = parse_int_list(flag, text);
   if (values.size() != 1) throw UsageError(fmt::format("{} {}: expected one integer", flag, text));
@@ -77,7 +86,8 @@ Args parse_args(int argc, char** argv) {
     if (flag == "--help" || flag == "-h") {
       throw UsageError(
           "usage: bench_resnet_step_bench [--batches 64,256] [--steps 30] [--warmup 10] "
-          "[--channels-last true|false|both] [--precision bf16|fp16|tf32|fp32] "
+          "[--channels-last true|false|both] [--fused true|false|both] "
+          "[--precision bf16|fp16|tf32|fp32] "
           "[--num-classes 12] [--image-size 224] [--clip 1.0] [--cudnn-benchmark true|false] "
           "[--device auto|cpu|cuda] [--csv PATH]");
     }
@@ -90,12 +100,9 @@ Args parse_args(int argc, char** argv) {
     } else if (flag == "--warmup") {
       a.warmup = parse_int(flag, value);
     } else if (flag == "--channels-last") {
-      if (value == "both")
-        a.channels_last = {false, true};
-      else if (value == "true" || value == "false")
-        a.channels_last = {value == "true"};
-      else
-        throw UsageError(fmt::format("--channels-last {}: expected true, false or both", value));
+      a.channels_last = parse_choices(flag, value);
+    } else if (flag == "--fused") {
+      a.fused = parse_choices(flag, value);
     } else if (flag == "--precision") {
       brrr::parse_precision(value);  // validates
       a.precision = value;
@@ -127,13 +134,15 @@ void synchronize(const c10::Device& device) {
   if (device.is_cuda()) torch::cuda::synchronize(device.index());
 }
 
-Result run_one(const Args& a, int64_t batch, bool channels_last, const c10::Device& device) {
+Result run_one(const Args& a, int64_t batch, bool channels_last, bool fused,
+               const c10::Device& device) {
   torch::manual_seed(0);
   brrr::ModelOptions mo;
   mo.name = "resnet50";
   mo.num_classes = a.num_classes;
   mo.in_channels = 3;
   mo.image_size = a.image_size;
+  mo.fused = fused ? "auto" : "false";
   auto model = brrr::make_model(mo);
   model->to(device);
   const auto memory_format =
@@ -201,11 +210,14 @@ int main(int argc, char** argv) {
     std::string csv = "impl,mode,batch,channels_last,images_per_s,step_ms\n";
     for (bool cl : a.channels_last) {
       for (int64_t batch : a.batches) {
-        const Result r = run_one(a, batch, cl, device);
-        brrr::log::info("brrr batch {} channels_last {}: {:.1f} images/s, {:.2f} ms/step", batch,
-                        cl, r.images_per_s, r.step_ms);
-        csv += fmt::format("brrr,eager,{},{},{:.1f},{:.2f}\n", batch, cl ? 1 : 0, r.images_per_s,
-                           r.step_ms);
+        for (bool fused : a.fused) {
+          const Result r = run_one(a, batch, cl, fused, device);
+          const char* mode = fused ? "fused" : "eager";
+          brrr::log::info("brrr {} batch {} channels_last {}: {:.1f} images/s, {:.2f} ms/step",
+                          mode, batch, cl, r.images_per_s, r.step_ms);
+          csv += fmt::format("brrr,{},{},{},{:.1f},{:.2f}\n", mode, batch, cl ? 1 : 0,
+                             r.images_per_s, r.step_ms);
+        }
       }
     }
     brrr::bench::emit_csv(csv, a.csv);
