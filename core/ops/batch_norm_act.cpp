@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 #include <torch/autograd.h>
 
+#include <atomic>
 #include <mutex>
 #include <set>
 #include <string>
@@ -69,19 +70,27 @@ void check_args(const at::Tensor& x, const at::Tensor& residual, const at::Tenso
   }
 }
 
-/// The shapes (dtype, sizes, residual) cuDNN turned down: the reference from then on. Thread-safe.
+/// The shapes (dtype, sizes, residual) cuDNN turned down: the reference from then on. Thread-safe;
+/// while it is empty (every shape of a ResNet) a call costs one atomic load, no key and no lock.
 class ShapeSet {
  public:
-  bool contains(const std::string& key) const {
-    const std::lock_guard<std::mutex> lock(mutex_);
-    return keys_.count(key) > 0;
+  static std::string key(const at::Tensor& x, bool with_residual) {
+    return fmt::format("{} [{}]{}", c10::toString(x.scalar_type()), fmt::join(x.sizes(), ", "),
+                       with_residual ? " +" : "");
   }
-  void insert(const std::string& key) {
+  bool contains(const at::Tensor& x, bool with_residual) const {
+    if (empty_.load(std::memory_order_acquire)) return false;
     const std::lock_guard<std::mutex> lock(mutex_);
-    keys_.insert(key);
+    return keys_.count(key(x, with_residual)) > 0;
+  }
+  void insert(const at::Tensor& x, bool with_residual) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    keys_.insert(key(x, with_residual));
+    empty_.store(false, std::memory_order_release);
   }
 
  private:
+  std::atomic<bool> empty_{true};
   mutable std::mutex mutex_;
   std::set<std::string> keys_;
 };
@@ -111,7 +120,7 @@ class BatchNormActFunction : public torch::autograd::Function<BatchNormActFuncti
     const at::Tensor running_var =
         running_var_or_empty.numel() > 0 ? running_var_or_empty : at::Tensor();
     std::vector<at::Tensor> out = detail::batch_norm_act_forward_cudnn(
-        x, residual, weight, bias, running_mean, running_var, momentum, eps, /*relu=*/true);
+        x, residual, weight, bias, running_mean, running_var, momentum, eps);
     ctx->save_for_backward({x, out[0], weight, bias, out[1], out[2], out[3]});
     ctx->saved_data["eps"] = eps;
     ctx->saved_data["with_residual"] = with_residual;
@@ -125,7 +134,7 @@ class BatchNormActFunction : public torch::autograd::Function<BatchNormActFuncti
         grads[0].contiguous(at::MemoryFormat::ChannelsLast).to(s[0].scalar_type());
     std::vector<at::Tensor> g = detail::batch_norm_act_backward_cudnn(
         dy, s[0], s[1], s[2], s[3], s[4], s[5], s[6], ctx->saved_data["eps"].toDouble(),
-        /*relu=*/true, with_residual);
+        with_residual);
     return {g[0], with_residual ? g[1] : at::Tensor(), g[2], g[3], {}, {}, {}, {}};
   }
 };
@@ -164,9 +173,7 @@ at::Tensor batch_norm_act(const at::Tensor& x, const at::Tensor& residual, const
                                     momentum, eps, relu);
   }
   check_args(x, residual, weight, bias, running_mean, running_var, training, momentum, eps);
-  const std::string shape = fmt::format("{} [{}]{}", c10::toString(x.scalar_type()),
-                                        fmt::join(x.sizes(), ", "), residual.defined() ? " +" : "");
-  if (unsupported_shapes().contains(shape)) {
+  if (unsupported_shapes().contains(x, residual.defined())) {
     return batch_norm_act_reference(x, residual, weight, bias, running_mean, running_var, training,
                                     momentum, eps, relu);
   }
@@ -180,7 +187,7 @@ at::Tensor batch_norm_act(const at::Tensor& x, const at::Tensor& residual, const
                                        eps)[0];
   } catch (const detail::BatchNormActUnsupported& e) {  // cuDNN ran nothing: the reference
     log::info("{}; ATen's batch norm, add and ReLU for it from now on", e.what());
-    unsupported_shapes().insert(shape);
+    unsupported_shapes().insert(x, residual.defined());
     return batch_norm_act_reference(x, residual, weight, bias, running_mean, running_var, training,
                                     momentum, eps, relu);
   }

@@ -69,22 +69,22 @@ struct BatchNormActUnsupported : Error {
   using Error::Error;
 };
 
-/// cuDNN's forward in training (batch_norm_act_cudnn.cpp); arguments checked, x channels-last
-/// bf16/fp16 on CUDA. Updates the running buffers when defined. Returns {y, mean, invstd,
-/// reserve}.
+/// cuDNN's forward in training, ReLU last (batch_norm_act_cudnn.cpp); arguments checked, x
+/// channels-last bf16/fp16 on CUDA. Updates the running buffers when defined. Returns {y, mean,
+/// invstd, reserve}.
 std::vector<at::Tensor> batch_norm_act_forward_cudnn(const at::Tensor& x,
                                                      const at::Tensor& residual,
                                                      const at::Tensor& weight,
                                                      const at::Tensor& bias,
                                                      const at::Tensor& running_mean,
                                                      const at::Tensor& running_var,
-                                                     double momentum, double eps, bool relu);
+                                                     double momentum, double eps);
 
 /// cuDNN's backward: {dx, d_residual (undefined without a residual), dweight, dbias}.
 std::vector<at::Tensor> batch_norm_act_backward_cudnn(
     const at::Tensor& dy, const at::Tensor& x, const at::Tensor& y, const at::Tensor& weight,
     const at::Tensor& bias, const at::Tensor& mean, const at::Tensor& invstd,
-    const at::Tensor& reserve, double eps, bool relu, bool with_residual);
+    const at::Tensor& reserve, double eps, bool with_residual);
 }  // namespace detail
 
 }  // namespace brrr

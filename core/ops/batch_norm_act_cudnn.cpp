@@ -100,8 +100,7 @@ std::vector<at::Tensor> batch_norm_act_forward_cudnn(const at::Tensor& x,
                                                      const at::Tensor& bias,
                                                      const at::Tensor& running_mean,
                                                      const at::Tensor& running_var,
-                                                     double momentum, double eps, bool relu) {
-  if (!relu) throw Error("batch_norm_act: the cuDNN path needs relu");
+                                                     double momentum, double eps) {
   check_int_sizes(x);
   cudnnHandle_t handle = at::native::getCudnnHandle();  // bound to the current stream
   Descriptors d(x);
@@ -141,8 +140,7 @@ std::vector<at::Tensor> batch_norm_act_forward_cudnn(const at::Tensor& x,
 std::vector<at::Tensor> batch_norm_act_backward_cudnn(
     const at::Tensor& dy, const at::Tensor& x, const at::Tensor& y, const at::Tensor& weight,
     const at::Tensor& bias, const at::Tensor& mean, const at::Tensor& invstd,
-    const at::Tensor& reserve, double eps, bool relu, bool with_residual) {
-  if (!relu) throw Error("batch_norm_act: the cuDNN path needs relu");
+    const at::Tensor& reserve, double eps, bool with_residual) {
   cudnnHandle_t handle = at::native::getCudnnHandle();
   Descriptors d(x);
   const cudnnBatchNormOps_t ops = ops_of(with_residual);

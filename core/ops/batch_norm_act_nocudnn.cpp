@@ -16,7 +16,7 @@ bool batch_norm_act_capturing() {
 std::vector<at::Tensor> batch_norm_act_forward_cudnn(const at::Tensor&, const at::Tensor&,
                                                      const at::Tensor&, const at::Tensor&,
                                                      const at::Tensor&, const at::Tensor&, double,
-                                                     double, bool) {
+                                                     double) {
   throw Error("batch_norm_act: this brrr was built without cuDNN");
 }
 
@@ -24,7 +24,7 @@ std::vector<at::Tensor> batch_norm_act_backward_cudnn(const at::Tensor&, const a
                                                       const at::Tensor&, const at::Tensor&,
                                                       const at::Tensor&, const at::Tensor&,
                                                       const at::Tensor&, const at::Tensor&, double,
-                                                      bool, bool) {
+                                                      bool) {
   throw Error("batch_norm_act: this brrr was built without cuDNN");
 }
 
