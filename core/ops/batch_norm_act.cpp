@@ -142,11 +142,9 @@ class BatchNormActFunction : public torch::autograd::Function<BatchNormActFuncti
 }  // namespace
 
 const char* batch_norm_act_path(const at::Tensor& x, bool training) {
-  // Under train.deterministic ATen's batch norm, whose algorithms ATen vouches for; while a
-  // graph is captured too (see the header).
+  // Under train.deterministic ATen's batch norm, whose algorithms ATen vouches for.
   return x.is_cuda() && training && fused_layout(x) && detail::batch_norm_act_cudnn_built() &&
-                 !at::globalContext().deterministicAlgorithms() &&
-                 !detail::batch_norm_act_capturing()
+                 !at::globalContext().deterministicAlgorithms()
              ? "cudnn"
              : "reference";
 }

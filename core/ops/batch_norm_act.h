@@ -19,11 +19,10 @@
 //
 // Paths: batch_norm_act_reference (ATen: at::batch_norm, the add, at::relu; differentiated by
 // autograd; the CPU path, the evaluation path, the path under deterministic algorithms
-// (train.deterministic) and while a CUDA graph is being captured (train.cuda_graph: cuDNN's
-// fused calls have not been validated inside a graph yet), and the tests' oracle) and, for
-// channels-last bf16 or fp16 CUDA tensors in training with relu, in a build with cuDNN, the
-// autograd Function below, one
-// cuDNN call each way (batch_norm_act_cudnn.cpp: cudnnBatchNormalizationForwardTrainingEx and
+// (train.deterministic), and the tests' oracle) and, for channels-last bf16 or fp16 CUDA
+// tensors in training with relu, in a build with cuDNN, the autograd Function below, one
+// cuDNN call each way, also inside a captured CUDA graph (train.cuda_graph; the calls' workspace
+// and reserve space come from the graph's pool) (batch_norm_act_cudnn.cpp: cudnnBatchNormalizationForwardTrainingEx and
 // BackwardEx in the NHWC persistent mode, with CUDNN_BATCHNORM_OPS_BN_ACTIVATION or
 // _BN_ADD_ACTIVATION), so neither the normalised tensor nor the sum before the ReLU is ever
 // written: eager PyTorch writes and reads both (3 kernels forward, 3 backward). Shapes cuDNN
@@ -58,9 +57,6 @@ at::Tensor batch_norm_act_reference(const at::Tensor& x, const at::Tensor& resid
 namespace detail {
 /// Whether this build calls cuDNN's fused batch norm (cuDNN's headers were found).
 bool batch_norm_act_cudnn_built();
-
-/// Whether the current CUDA stream is capturing a graph (false without cuDNN's path).
-bool batch_norm_act_capturing();
 
 /// What the cuDNN path throws when cuDNN has no kernel for these arguments
 /// (CUDNN_STATUS_NOT_SUPPORTED, before it ran anything): batch_norm_act then takes the reference

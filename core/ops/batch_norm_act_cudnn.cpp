@@ -6,8 +6,6 @@
 // workspace and reserve space come from the caching allocator.
 #include <ATen/ATen.h>
 #include <ATen/cudnn/Handle.h>
-#include <c10/cuda/CUDAStream.h>
-#include <cuda_runtime.h>
 #include <cudnn.h>
 #include <fmt/ranges.h>
 
@@ -86,12 +84,6 @@ void check_int_sizes(const at::Tensor& x) {
 
 bool batch_norm_act_cudnn_built() {
   return true;
-}
-
-bool batch_norm_act_capturing() {
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  return cudaStreamIsCapturing(c10::cuda::getCurrentCUDAStream(), &status) == cudaSuccess &&
-         status != cudaStreamCaptureStatusNone;
 }
 
 std::vector<at::Tensor> batch_norm_act_forward_cudnn(const at::Tensor& x,

@@ -9,10 +9,6 @@ bool batch_norm_act_cudnn_built() {
   return false;
 }
 
-bool batch_norm_act_capturing() {
-  return false;
-}
-
 std::vector<at::Tensor> batch_norm_act_forward_cudnn(const at::Tensor&, const at::Tensor&,
                                                      const at::Tensor&, const at::Tensor&,
                                                      const at::Tensor&, const at::Tensor&, double,

@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <gtest/gtest.h>
+#include <torch/autograd.h>
 #include <torch/cuda.h>
 
 #include <cmath>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/ops/batch_norm_act.h"
 #include "tests/trainer/trainer_test_util.h"
 #include "trainer/step_graph.h"
 
@@ -352,6 +354,165 @@ TEST(CudaGraphTest, AHostSyncInTheStepFailsUnderTrueAndTheProcessCanCaptureAgain
   EXPECT_EQ(after.cuda_graph, "captured");
   const RunResult eager = train(c, "false", "after_eager");
   expect_same_run(after, eager, 0.0);
+}
+
+// batch_norm_act inside a captured graph takes cuDNN's fused calls, and a replay computes what an
+// eager call on the same inputs computes, bit for bit: y, every gradient and the running
+// statistics. Fresh random inputs each replay, the outputs poisoned before it.
+TEST(CudaGraphTest, BatchNormActsCudnnCallsReplayAsTheyRunEagerly) {
+  SKIP_WITHOUT_CUDA();
+  if (!detail::batch_norm_act_cudnn_built()) GTEST_SKIP() << "built without cuDNN";
+  const c10::Device cuda(c10::kCUDA, 0);
+  const auto opts = at::TensorOptions().device(cuda);
+  const std::vector<int64_t> shape = {8, 64, 14, 14};
+  const int64_t channels = shape[1];
+  auto nhwc = [](const at::Tensor& t) {
+    return t.to(at::kBFloat16).contiguous(at::MemoryFormat::ChannelsLast);
+  };
+  auto fresh_inputs = [&]() -> Batch {
+    return {{"x", nhwc(at::randn(shape, opts) * 2 + 0.5)},
+            {"residual", nhwc(at::randn(shape, opts))},
+            {"dy", nhwc(at::randn(shape, opts))}};
+  };
+  const at::Tensor weight = at::rand({channels}, opts) + 0.5;
+  const at::Tensor bias = at::randn({channels}, opts);
+  // y, dx, dresidual, dweight, dbias, running mean, running variance.
+  const char* names[] = {"y", "dx", "dresidual", "dweight", "dbias", "running_mean",
+                         "running_var"};
+  struct State {
+    at::Tensor mean, var;
+    std::vector<at::Tensor> out;
+  };
+  auto make_state = [&](const Batch& b) {
+    State s{at::zeros({channels}, opts), at::ones({channels}, opts), {}};
+    for (const char* key : {"x", "residual"}) s.out.push_back(at::empty_like(b.at(key)));
+    s.out.push_back(at::empty_like(weight));
+    s.out.push_back(at::empty_like(bias));
+    return s;
+  };
+  std::string path_in_step;
+  auto step = [&](const Batch& b, State& s) {
+    const at::Tensor x = b.at("x").detach().requires_grad_();
+    const at::Tensor r = b.at("residual").detach().requires_grad_();
+    const at::Tensor w = weight.detach().requires_grad_(), bi = bias.detach().requires_grad_();
+    path_in_step = batch_norm_act_path(x, /*training=*/true);
+    const at::Tensor y = batch_norm_act(x, r, w, bi, s.mean, s.var, true, 0.1, 1e-5, true);
+    const std::vector<at::Tensor> g = torch::autograd::grad({y}, {x, r, w, bi}, {b.at("dy")});
+    s.out[0].copy_(y);
+    s.out[1].copy_(g[0]);
+    s.out[2].copy_(g[1]);
+    s.out[3].copy_(g[2]);
+    s.out[4].copy_(g[3]);
+  };
+  const Batch first = fresh_inputs();
+  State graphed = make_state(first), eager = make_state(first);
+  StepGraph graph(cuda);
+  graph.run_on_capture_stream([&] { step(first, graphed); });  // the warm-up before a capture
+  const std::optional<std::string> failed =
+      graph.capture({first}, [&](const std::vector<Batch>& b) { step(b[0], graphed); });
+  ASSERT_FALSE(failed) << *failed;
+  EXPECT_EQ(path_in_step, "cudnn") << "the captured step took the reference";
+
+  for (int replay = 1; replay <= 3; ++replay) {
+    SCOPED_TRACE("replay " + std::to_string(replay));
+    const Batch b = fresh_inputs();
+    const at::Tensor mean = at::randn({channels}, opts), var = at::rand({channels}, opts) + 0.5;
+    for (State* s : {&graphed, &eager}) {
+      s->mean.copy_(mean);
+      s->var.copy_(var);
+      for (at::Tensor& t : s->out) t.fill_(std::numeric_limits<float>::quiet_NaN());
+    }
+    graph.replay({b});
+    step(b, eager);
+    ASSERT_EQ(path_in_step, "cudnn");
+    std::vector<at::Tensor> got = graphed.out, want = eager.out;
+    got.insert(got.end(), {graphed.mean, graphed.var});
+    want.insert(want.end(), {eager.mean, eager.var});
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_TRUE(at::equal(got[i], want[i]))
+          << names[i] << ": largest difference "
+          << (got[i].to(at::kFloat) - want[i].to(at::kFloat)).abs().max().item<float>();
+    }
+  }
+}
+
+// uint8 tiny images for a ResNet, no evaluation.
+class TinyImageTrainer : public Trainer {
+ public:
+  using Trainer::Trainer;
+
+ protected:
+  DatasetPtr build_train_dataset() override { return std::make_shared<TinyImageDataset>(); }
+  DatasetPtr build_val_dataset() override { return nullptr; }
+};
+
+// The relative size of the difference between two runs' changes to their tensors (from the
+// same start), all of them together.
+double relative_difference(const std::vector<at::Tensor>& start, const std::vector<at::Tensor>& a,
+                           const std::vector<at::Tensor>& b) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const at::Tensor s = start[i].to(at::kDouble);
+    diff += (a[i].to(at::kDouble) - b[i].to(at::kDouble)).pow(2).sum().item<double>();
+    norm += (b[i].to(at::kDouble) - s).pow(2).sum().item<double>();
+  }
+  return std::sqrt(diff / norm);
+}
+
+std::vector<at::Tensor> float_buffers(Trainer& trainer) {
+  std::vector<at::Tensor> out;
+  for (const auto& t : trainer.model().buffers()) {
+    if (t.is_floating_point()) out.push_back(t.detach().clone());
+  }
+  return out;
+}
+
+// A ResNet's norms go through batch_norm_act's cuDNN calls inside the captured step, and the
+// graphed run trains as the eager run does: ResNet-18, bf16, channels-last, model.fused true.
+// cuDNN's convolutions may sum in a different order run to run, so the runs are compared within
+// bf16's reach, not bit for bit (the op itself is, above); the parameters' and running
+// statistics' changes over the run, not their values, so that a step that changed nothing fails.
+TEST(CudaGraphTest, AResNetWithFusedNormsGraphsAndTrainsAsInEagerMode) {
+  SKIP_WITHOUT_CUDA();
+  ExperimentConfig c = parse_config(R"(
+run: {name: resnet, seed: 5, device: cuda}
+model: {name: resnet18, stem: small, in_channels: 3, image_size: 12, num_classes: 3, fused: "true"}
+data: {dataset: custom, batch_size: 16, num_workers: 0, shuffle: true, drop_last: true,
+       mean: [0.5, 0.4, 0.3], std: [0.2, 0.25, 0.3]}
+optim: {name: adamw, lr: 0.0001, fused: auto}
+train: {max_steps: 8, precision: bf16, log_every: 1, eval_every: 0, checkpoint_every: 0,
+        max_grad_norm: 1.0}
+)");
+  c.run.output_dir = temp_dir("graph_resnet");
+  std::vector<RunResult> runs;
+  std::vector<at::Tensor> start_weights, start_buffers;
+  std::vector<std::vector<at::Tensor>> buffers;
+  for (const char* mode : {"false", "true"}) {
+    c.train.cuda_graph = mode;
+    c.run.name = std::string("resnet_") + mode;
+    TinyImageTrainer trainer(c);
+    EXPECT_NE(trainer.plan().find("batch_norm_act cuDNN fused"), std::string::npos)
+        << trainer.plan();
+    start_weights = weights(trainer);  // the same in both runs (the seed)
+    start_buffers = float_buffers(trainer);
+    trainer.fit();
+    runs.push_back({train_losses(trainer), weights(trainer),
+                    summary_of(trainer).text.at("cuda_graph"), {}, {}});
+    buffers.push_back(float_buffers(trainer));
+  }
+  const RunResult &eager = runs[0], &graphed = runs[1];
+  EXPECT_EQ(graphed.cuda_graph, "captured");
+  ASSERT_EQ(graphed.losses.size(), 8u);
+  ASSERT_EQ(eager.losses.size(), 8u);
+  for (size_t i = 0; i < eager.losses.size(); ++i) {
+    EXPECT_NEAR(graphed.losses[i], eager.losses[i], 0.03 * eager.losses[i] + 2e-3)
+        << "step " << i + 1;
+  }
+  EXPECT_LT(eager.losses.back(), 0.5 * eager.losses.front()) << "the runs did not train";
+  EXPECT_LT(relative_difference(start_weights, graphed.weights, eager.weights), 0.05);
+  ASSERT_FALSE(start_buffers.empty());
+  EXPECT_LT(relative_difference(start_buffers, buffers[1], buffers[0]), 0.05)
+      << "running statistics";
 }
 
 }  // namespace

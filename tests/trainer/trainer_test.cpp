@@ -474,25 +474,6 @@ TEST(TrainerTest, FusedGptTrainsLikeTheUnfusedPathOnCpu) {
   for (size_t i = 0; i < fused.size(); ++i) EXPECT_NEAR(fused[i], plain[i], 1e-4 * plain[i]);
 }
 
-// uint8 images (3 x 12 x 12) whose pattern depends on the label, with noise from the loader's Rng.
-class TinyImageDataset : public Dataset {
- public:
-  int64_t size() const override { return 96; }
-  Sample get(int64_t index, Rng& rng) const override {
-    const int64_t label = index % 3;
-    at::Tensor image = at::empty({3, 12, 12}, at::kByte);
-    auto* p = image.data_ptr<uint8_t>();
-    for (int64_t i = 0; i < image.numel(); ++i) {
-      const int64_t c = i / 144, y = (i / 12) % 12;
-      const double base = c == label ? 200.0 : 60.0;
-      p[i] = static_cast<uint8_t>(base + 20.0 * std::sin(static_cast<double>(y + index)) +
-                                  40.0 * rng.uniform());
-    }
-    return {{"image", image}, {"label", at::scalar_tensor(label, at::kLong)}};
-  }
-  std::string describe() const override { return "tiny images"; }
-};
-
 // Records the dtype of every prepared image batch; with float_input, prepares them as before the
 // images went straight into the autocast dtype (float32, which autocast casts at the first conv).
 class ImageTrainer : public Trainer {
