@@ -22,7 +22,7 @@ REPORT_DIR=${REPORT_DIR:-$RUNS_DIR/report}
 LOG_DIR=${LOG_DIR:-$REPORT_DIR/logs}
 BLOG_SET=${BLOG_SET:-}
 
-RESNET=(01_baseline 02_workers 03_pinned 04_bf16 05_large_batch 05b_accum 06_cuda_graph)
+RESNET=(01_baseline 02_workers 03_pinned 04_bf16 05_large_batch 05b_accum 06_cuda_graph 07_fused)
 GPT=(gpt_01_baseline gpt_02_workers_pinned gpt_03_bf16 gpt_04_accum gpt_05_fused gpt_06_cuda_graph)
 
 [[ -x "$TRAINER" ]] || { echo "run_blog: $TRAINER not found (set TRAINER=...)" >&2; exit 2; }
