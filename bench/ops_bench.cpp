@@ -6,8 +6,8 @@
 //
 //   bench_ops_bench [--repeats 20] [--csv FILE] [--only NAME,...]
 // --only runs those benches alone: ceilings, classifier, residual_layernorm, residual_bias,
-// bias_gelu, bias_grad, image_input, mlp_gelu, wgrad_bgrad (the last two: cuBLASLt's epilogues
-// against brrr's kernels).
+// bias_gelu, bias_grad, image_input, batch_norm_act (ResNet-50's norms at batch 256), mlp_gelu,
+// wgrad_bgrad (the last two: cuBLASLt's epilogues against brrr's kernels).
 // Prints CSV `op,impl,pass,ms,gb_per_s`: pass `fwd` or `fwd+bwd`; gb_per_s counts the fewest bytes
 // the op must move (each input read once, each output written once), so it compares with the
 // copy ceiling. An impl ending in `_graph` is the same work captured in a CUDA graph and
@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/ops/batch_norm_act.h"
 #include "core/ops/bias_gelu.h"
 #include "core/ops/fused_classifier.h"
 #include "core/ops/image_input.h"
@@ -693,6 +694,52 @@ void bench_image_input(Out& out, int repeats) {
           graph_ms([&] { brrr::image_input(x, scale, shift, at::kBFloat16, cl); }, repeats), bytes);
 }
 
+// ResNet-50's batch norms at batch 256, bf16 channels-last, training: the stem's (no shortcut),
+// a bottleneck's inner one, and two block ends (the shortcut added before the ReLU). eager is
+// batch_norm_act_reference (at::batch_norm, the add, at::relu: what PyTorch eager runs); brrr is
+// batch_norm_act (cuDNN's fused calls). Bytes: forward x (and the shortcut) in, y out; backward
+// dy, x, y in, dx (and the shortcut's gradient) out.
+void bench_batch_norm_act(Out& out, int repeats) {
+  struct Shape {
+    int64_t c, hw;
+    bool residual;
+  };
+  const auto cl = at::MemoryFormat::ChannelsLast;
+  for (const Shape& shape : {Shape{64, 112, false}, Shape{64, 56, false}, Shape{256, 56, true},
+                             Shape{1024, 14, true}}) {
+    const std::vector<int64_t> sizes = {256, shape.c, shape.hw, shape.hw};
+    const at::Tensor x = randn(sizes, at::kBFloat16).contiguous(cl).requires_grad_(true);
+    const at::Tensor r = shape.residual
+                             ? randn(sizes, at::kBFloat16).contiguous(cl).requires_grad_(true)
+                             : at::Tensor();
+    const at::Tensor dy = randn(sizes, at::kBFloat16).contiguous(cl);
+    const at::Tensor w = (randn({shape.c}, at::kFloat) * 0.1 + 1).requires_grad_(true);
+    const at::Tensor b = randn({shape.c}, at::kFloat).requires_grad_(true);
+    at::Tensor mean = at::zeros({shape.c}, w.options().requires_grad(false));
+    at::Tensor var = at::ones({shape.c}, w.options().requires_grad(false));
+    std::vector<at::Tensor> inputs = {x, w, b};
+    if (shape.residual) inputs.push_back(r);
+    auto run = [&](bool fused, bool backward) {
+      const at::Tensor y =
+          fused ? brrr::batch_norm_act(x, r, w, b, mean, var, true, 0.1, 1e-5, true)
+                : brrr::batch_norm_act_reference(x, r, w, b, mean, var, true, 0.1, 1e-5, true);
+      if (backward) torch::autograd::grad({y}, inputs, {dy});
+    };
+    const std::string op = fmt::format("batch_norm_act_{}x{}{}", shape.c, shape.hw,
+                                       shape.residual ? "_add" : "");
+    const double n = static_cast<double>(x.numel());
+    const double extra = shape.residual ? 1 : 0;
+    for (const bool bwd : {false, true}) {
+      const char* pass = bwd ? "fwd+bwd" : "fwd";
+      const double bytes = 2 * n * ((2 + extra) + (bwd ? 4 + extra : 0));
+      out.row(op, "eager", pass, time_ms([&] { run(false, bwd); }, repeats), bytes);
+      out.row(op, "brrr", pass, time_ms([&] { run(true, bwd); }, repeats), bytes);
+      out.row(op, "eager_graph", pass, graph_ms([&] { run(false, bwd); }, repeats), bytes);
+      out.row(op, "brrr_graph", pass, graph_ms([&] { run(true, bwd); }, repeats), bytes);
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -725,6 +772,7 @@ int main(int argc, char** argv) {
         {"bias_gelu", bench_bias_gelu},
         {"bias_grad", bench_bias_grad},
         {"image_input", bench_image_input},
+        {"batch_norm_act", bench_batch_norm_act},
         {"mlp_gelu", bench_mlp_gelu},
         {"wgrad_bgrad", bench_wgrad_bgrad}};
     for (const auto& [name, bench] : benches) {

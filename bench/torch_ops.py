@@ -6,7 +6,7 @@ warm-up runs; backward passes through torch.autograd.grad, no accumulation into 
     python3 bench/torch_ops.py [--repeats 20] [--csv FILE] [--only NAME,...]
 
 --only runs those benches alone (classifier, lm_head,
-residual_layernorm, residual_bias, bias_gelu, bias_grad, image_input).
+residual_layernorm, residual_bias, bias_gelu, bias_grad, image_input, batch_norm_act).
 """
 import argparse
 import statistics
@@ -194,6 +194,42 @@ def bench_image_input(row, repeats):
         row("image_input", impl, "fwd", time_ms(lambda: f(img), repeats), img.numel() * 3)
 
 
+def bench_batch_norm_act(row, repeats):
+    """ResNet-50's batch norms at batch 256 (bf16 channels-last, training), then the shortcut's add
+    where a block ends, then ReLU: the shapes and bytes of ops_bench.cpp's bench."""
+    for c, hw, residual in ((64, 112, False), (64, 56, False), (256, 56, True), (1024, 14, True)):
+        shape = (256, c, hw, hw)
+
+        def nhwc(t):
+            return t.contiguous(memory_format=torch.channels_last)
+
+        x = nhwc(torch.randn(shape, device=DEV, dtype=bf16)).requires_grad_(True)
+        r = nhwc(torch.randn(shape, device=DEV, dtype=bf16)).requires_grad_(True) if residual else None
+        dy = nhwc(torch.randn(shape, device=DEV, dtype=bf16))
+        w = (torch.randn(c, device=DEV) * 0.1 + 1).requires_grad_(True)
+        b = torch.randn(c, device=DEV, requires_grad=True)
+        mean, var = torch.zeros(c, device=DEV), torch.ones(c, device=DEV)
+        inputs = [x, w, b] + ([r] if residual else [])
+
+        def bn_act(x, r, w, b):
+            y = F.batch_norm(x, mean, var, w, b, training=True, momentum=0.1, eps=1e-5)
+            return F.relu(y + r if r is not None else y)
+
+        bn_act_compiled = torch.compile(bn_act)
+        op = f"batch_norm_act_{c}x{hw}" + ("_add" if residual else "")
+        n, extra = x.numel(), 1 if residual else 0
+        for impl, f in (("torch_eager", bn_act), ("torch_compile", bn_act_compiled)):
+            def fwd():
+                with torch.no_grad():
+                    f(x, r, w, b)
+
+            def fwd_bwd():
+                torch.autograd.grad(f(x, r, w, b), inputs, dy)
+
+            row(op, impl, "fwd", time_ms(fwd, repeats), 2 * n * (2 + extra))
+            row(op, impl, "fwd+bwd", time_ms(fwd_bwd, repeats), 2 * n * (6 + 2 * extra))
+
+
 BENCHES = {
     "classifier": bench_classifier,
     "lm_head": bench_lm_head,
@@ -202,6 +238,7 @@ BENCHES = {
     "bias_gelu": bench_bias_gelu,
     "bias_grad": bench_bias_grad,
     "image_input": bench_image_input,
+    "batch_norm_act": bench_batch_norm_act,
 }
 
 

@@ -2,8 +2,11 @@
 # 2026-12-07 (fifth session): batch_norm_act inside the CUDA-graph step, one call.
 # Steps (STEPS, in order): build (sm_90 only), tests (the op's, ResNet's and the graph tests),
 # memcheck (compute-sanitizer on the op's GPU tests, graphed included), rungs (ResNet-50 from
-# JPEGs: rungs 6 and 7 at batch 64, 7 eager, rung 5 at batch 256 unfused and fused).
-#   call 1: OUT=$OUT STEPS="build tests memcheck rungs" bash bench/results/2026-12-07/resnet_graph/s.sh
+# JPEGs: rungs 6 and 7 at batch 64, 7 eager, rung 5 at batch 256 unfused and fused), graphtest
+# (the graphed op test alone, and under memcheck), opbench (batch_norm_act per op: brrr, ATen
+# eager, PyTorch eager and torch.compile, with the copy ceiling).
+#   call 1 (15:25Z, an H100): OUT=$OUT STEPS="build tests memcheck rungs" bash bench/results/2026-12-07/resnet_graph/s.sh
+#   call 2: BUILD_TARGETS="tests/trainer_tests bench/bench_ops_bench" STEPS="build graphtest opbench"
 set -uo pipefail
 B=build-gpu; R=$OUT/rc; mkdir -p $R
 T0=$SECONDS; LIMIT=${LIMIT:-585}
@@ -50,6 +53,19 @@ rungs)
   rung r5_b256_unfused 05_large_batch
   rung r5_b256_fused 05_large_batch --set model.fused=auto
   python3 bench/summarize_runs.py $R/runs > $R/runs.txt 2>&1; cat $R/runs.txt ;;
+graphtest)
+  timeout 120 $B/tests/trainer_tests --gtest_filter='CudaGraphTest.BatchNormAct*' > $R/graph_op_test.log 2>&1
+  echo "graph op test rc=$? at $((SECONDS-T0)) s"; grep -E "OK \]|FAILED|Failure|Expected|difference|took" $R/graph_op_test.log | head -30
+  timeout $(( $(left) - 3 )) compute-sanitizer --tool memcheck $B/tests/trainer_tests \
+    --gtest_filter='CudaGraphTest.BatchNormAct*' > $R/memcheck_graph.log 2>&1
+  echo "memcheck graph rc=$? at $((SECONDS-T0)) s"; grep -E "ERROR SUMMARY|OK \]|FAILED" $R/memcheck_graph.log ;;
+opbench)
+  timeout $(( $(left) - 3 )) $B/bench/bench_ops_bench --repeats 30 --only ceilings,batch_norm_act \
+    --csv $R/ops_brrr.csv > $R/ops_brrr.log 2>&1
+  echo "ops bench rc=$? at $((SECONDS-T0)) s"; cat $R/ops_brrr.csv
+  timeout $(( $(left) - 3 )) python3 bench/torch_ops.py --repeats 30 --only batch_norm_act \
+    --csv $R/ops_torch.csv > $R/ops_torch.log 2>&1
+  echo "torch ops rc=$? at $((SECONDS-T0)) s"; cat $R/ops_torch.csv; tail -3 $R/ops_torch.log ;;
 esac
 done
 nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv >> $R/smi.txt
