@@ -20,13 +20,15 @@
 // Paths: batch_norm_act_reference (ATen: at::batch_norm, the add, at::relu; differentiated by
 // autograd; the CPU path, the evaluation path, the path under deterministic algorithms
 // (train.deterministic), and the tests' oracle) and, for channels-last bf16 or fp16 CUDA
-// tensors in training with relu, in a build with cuDNN, the autograd Function below, one
-// cuDNN call each way, also inside a captured CUDA graph (train.cuda_graph; the calls' workspace
-// and reserve space come from the graph's pool) (batch_norm_act_cudnn.cpp: cudnnBatchNormalizationForwardTrainingEx and
+// tensors in training with relu, in a build with cuDNN, the autograd Function below: one
+// cuDNN call each way (batch_norm_act_cudnn.cpp: cudnnBatchNormalizationForwardTrainingEx and
 // BackwardEx in the NHWC persistent mode, with CUDNN_BATCHNORM_OPS_BN_ACTIVATION or
 // _BN_ADD_ACTIVATION), so neither the normalised tensor nor the sum before the ReLU is ever
 // written: eager PyTorch writes and reads both (3 kernels forward, 3 backward). Shapes cuDNN
 // has no fused kernel for take the reference (detail::BatchNormActUnsupported).
+// The cuDNN path runs inside a captured CUDA graph too (train.cuda_graph): nothing in it waits
+// on the host, and its workspace and reserve space come from the caching allocator, so from the
+// graph's pool.
 // Saved for backward (fused path): x, y, weight, bias, the batch mean and inverse standard
 // deviation (C,) in float32, and cuDNN's reserve space (the ReLU's mask). No double backward.
 // Autocast does not see this op (a custom Function): it runs in the dtypes given.
