@@ -139,14 +139,22 @@ class BatchNormActFunction : public torch::autograd::Function<BatchNormActFuncti
   }
 };
 
+/// Whether x takes cuDNN's fused calls. Under train.deterministic ATen's batch norm, whose
+/// algorithms ATen vouches for.
+bool takes_cudnn(const at::Tensor& x, bool training) {
+  return x.is_cuda() && training && fused_layout(x) && detail::batch_norm_act_cudnn_built() &&
+         !at::globalContext().deterministicAlgorithms();
+}
+
+/// An undefined tensor as the Function's "none" (a 0-element tensor), a defined one as it is.
+at::Tensor or_none(const at::Tensor& t, const at::TensorOptions& options) {
+  return t.defined() ? t : at::empty({0}, options);
+}
+
 }  // namespace
 
 const char* batch_norm_act_path(const at::Tensor& x, bool training) {
-  // Under train.deterministic ATen's batch norm, whose algorithms ATen vouches for.
-  return x.is_cuda() && training && fused_layout(x) && detail::batch_norm_act_cudnn_built() &&
-                 !at::globalContext().deterministicAlgorithms()
-             ? "cudnn"
-             : "reference";
+  return takes_cudnn(x, training) ? "cudnn" : "reference";
 }
 
 at::Tensor batch_norm_act_reference(const at::Tensor& x, const at::Tensor& residual,
@@ -166,7 +174,7 @@ at::Tensor batch_norm_act(const at::Tensor& x, const at::Tensor& residual, const
                           double eps, bool relu) {
   // cuDNN's fused forms all end in the activation; a norm without the ReLU is ATen's (which
   // calls cuDNN's plain batch norm on a GPU itself).
-  if (!relu || std::string_view(batch_norm_act_path(x, training)) != "cudnn") {
+  if (!relu || !takes_cudnn(x, training)) {
     return batch_norm_act_reference(x, residual, weight, bias, running_mean, running_var, training,
                                     momentum, eps, relu);
   }
@@ -175,14 +183,13 @@ at::Tensor batch_norm_act(const at::Tensor& x, const at::Tensor& residual, const
     return batch_norm_act_reference(x, residual, weight, bias, running_mean, running_var, training,
                                     momentum, eps, relu);
   }
-  const at::Tensor none = at::empty({0}, weight.options());
-  const at::Tensor r = residual.defined() ? residual.contiguous(at::MemoryFormat::ChannelsLast)
-                                          : at::empty({0}, x.options());
+  const at::Tensor r = or_none(
+      residual.defined() ? residual.contiguous(at::MemoryFormat::ChannelsLast) : residual,
+      x.options());
   try {
     return BatchNormActFunction::apply(x, r, weight.contiguous(), bias.contiguous(),
-                                       running_mean.defined() ? running_mean : none,
-                                       running_var.defined() ? running_var : none, momentum,
-                                       eps)[0];
+                                       or_none(running_mean, weight.options()),
+                                       or_none(running_var, weight.options()), momentum, eps)[0];
   } catch (const detail::BatchNormActUnsupported& e) {  // cuDNN ran nothing: the reference
     log::info("{}; ATen's batch norm, add and ReLU for it from now on", e.what());
     unsupported_shapes().insert(x, residual.defined());
