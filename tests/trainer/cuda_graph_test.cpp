@@ -2,7 +2,8 @@
 // (bit for bit in fp32 without dropout), also with accumulation, clipping, a changing lr, fp16 loss
 // scaling with skipped steps, dropout, a short last batch and a resume; a host sync inside the
 // step falls back under auto and fails under true, leaving the process able to capture again;
-// graph mode's eager steps run on the capture stream.
+// graph mode's eager steps run on the capture stream; batch_norm_act's cuDNN calls replay as they
+// run eagerly, and a ResNet with fused norms trains graphed as it does eagerly.
 #include <ATen/ATen.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <gtest/gtest.h>
