@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <torch/torch.h>
 
 #include <chrono>
@@ -111,12 +112,19 @@ int free_port() {
 
 // Runs `body(rank)` in `world` forked processes and returns their exit codes (each rank exits 0
 // when its checks hold); a rank still running after 60 s is killed (exit code -1).
+//
+// The ranks are forked without exec, so each inherits this process's OpenMP state but not its
+// threads: once an earlier test in this process ran a parallel region (GraphPolicyTest does),
+// libgomp's pool on the main thread names workers that do not exist in the child, and the
+// child's first parallel region (e.g. log_softmax in cross_entropy) waits for them forever. So
+// every rank runs ATen single-threaded on its main thread (as PyTorch's DataLoader workers do).
 std::vector<int> run_ranks(int world, const std::function<bool(const DistEnv&)>& body) {
   const int port = free_port();
   std::vector<pid_t> pids;
   for (int rank = 0; rank < world; ++rank) {
     const pid_t pid = fork();
     if (pid == 0) {
+      at::set_num_threads(1);  // never enter the parent's OpenMP pool (see above)
       DistEnv env;
       env.rank = rank;
       env.world_size = world;
@@ -140,6 +148,8 @@ std::vector<int> run_ranks(int world, const std::function<bool(const DistEnv&)>&
     int status = 0;
     while (waitpid(pid, &status, WNOHANG) != pid) {
       if (std::chrono::steady_clock::now() > deadline) {
+        fprintf(stderr, "rank %d (pid %d) still running after 60 s: killed\n",
+                static_cast<int>(codes.size()), static_cast<int>(pid));
         kill(pid, SIGKILL);
         waitpid(pid, &status, 0);
         status = -1;
