@@ -126,11 +126,13 @@ TEST(CheckpointStoreTest, SigkillDuringLargeSaveKeepsPreviousCheckpoint) {
   const fs::path run = fresh_dir("kill");
   CheckpointStore store(run.string(), 3);
   const std::string previous = store.save(1000, weights(1.0f));
-  // 128 MiB, allocated before fork so the child only serializes (no thread pools after fork).
+  // 128 MiB, allocated before fork so the child only serializes.
   const at::Tensor big = torch::full({32 * 1024 * 1024}, 2.0f);
   const pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
+    // The parent's OpenMP pool (torch::full above) is not in this process: keep ATen single-threaded.
+    at::set_num_threads(1);
     try {
       CheckpointStore(run.string(), 3).save(2000, [&](torch::serialize::OutputArchive& a) {
         a.write("w", big);
